@@ -1,0 +1,1 @@
+"""nwhisper: Whisper speech recognition on single-source Numba kernels (CPU and CUDA)."""
