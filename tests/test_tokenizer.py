@@ -7,7 +7,8 @@ the HF generation config, which lists openai-whisper's non-speech tokens plus co
 
 Every check runs through both of our sources: the tokenizer.json, and the raw base words
 exactly as a whisper.cpp ggml file carries them (models/convert-pt-to-ggml.py writes the
-tiktoken ranks: every word below <|endoftext|>, no control tokens).
+tiktoken ranks: every word below <|endoftext|>, no control tokens); and once through a real
+ggml file written and read back by nwhisper.io.ggml.
 """
 
 import dataclasses
@@ -242,3 +243,21 @@ def test_raw_words_load_lazily(model):
     assert tok._text._ranks is None          # no 50k-word table until the first encode
     tok.encode(" hello")
     assert tok._text._ranks is not None
+
+
+def test_ggml_file_round_trip(model, tmp_path):
+    """A real ggml file (nwhisper's writer, whisper.cpp's layout) gives the same tokenizer."""
+    from nwhisper.io.ggml import read_ggml, write_ggml
+
+    ck = read_ggml(write_ggml(model, tmp_path / "model.bin"))
+    assert ck.tokenizer_json is None and len(ck.vocab_bytes) == 50256 + int(model.dims.is_multilingual)
+    got, want = Tokenizer.from_checkpoint(ck), Tokenizer.from_checkpoint(model)
+    roles = ("eot", "sot", "translate", "transcribe", "sot_lm", "sot_prev", "no_speech",
+             "no_timestamps", "timestamp_begin", "languages")
+    assert [getattr(got, r) for r in roles] == [getattr(want, r) for r in roles]
+    assert got.non_speech_tokens() == want.non_speech_tokens()
+    hf = _hf(model)
+    for text in SAMPLES:
+        ids = got.encode(text)
+        assert ids == hf.encode(text, add_special_tokens=False).ids
+        assert got.decode(ids) == text
