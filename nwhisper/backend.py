@@ -1,0 +1,220 @@
+"""The dispatch object that model code talks to: arrays, transfers, GEMM and kernel launches.
+
+    be = backend.get("auto")                  # CpuBackend or CudaBackend
+    x = be.empty((1500, d), np.float32)
+    be.launch(layernorm_row, rows, x, w, b, y, d, np.float32(1e-5))   # one body, either target
+    be.gemm(y, W, out, bias)                  # out = y @ W.T + bias
+
+CpuBackend: arrays are NumPy arrays; a kernel body runs as a Numba parallel loop; GEMMs run on
+BLAS. Numba has no float16 on the CPU and NumPy no float16 BLAS, so f16 data is widened to f32
+once, when it is uploaded or prepared as a weight.
+
+CudaBackend: arrays are numba.cuda device arrays; a kernel body runs as a CUDA grid, one thread
+per work item; f16 weights stay f16 on the device and are widened where they are read. With
+NUMBA_ENABLE_CUDASIM=1 (set before numba is imported) it runs on Numba's CUDA simulator.
+"""
+
+import importlib.util
+import math
+
+import numpy as np
+
+from nwhisper.kernels import _compile
+from nwhisper.kernels.elementwise import fill_elem
+from nwhisper.kernels.matmul import linear_elem
+
+
+class Backend:
+    """What both backends share: the launcher lookup and the scratch buffers."""
+
+    name = None
+
+    def __init__(self, target):
+        self._launchers = _compile.launchers(target)
+        self._fns = {}
+        self._scratch = {}
+
+    def _launcher(self, kernel):
+        fn = self._fns.get(kernel)
+        if fn is None:
+            fn = getattr(self._launchers, kernel.__name__, None)
+            if fn is None:
+                raise KeyError(f"{kernel.__module__}.{kernel.__name__} is not a kernel body: "
+                               "decorate it with @kernel in a module of _compile.BODY_MODULES")
+            self._fns[kernel] = fn
+        return fn
+
+    def scratch(self, name, shape, dtype=np.float32):
+        """A reusable array of `shape` for the op called `name`; contents undefined.
+
+        One buffer per (name, dtype), grown geometrically, so a decoder whose key count grows by
+        one each step does not allocate each step. Valid until the next scratch(name) call.
+        """
+        size = math.prod(shape)
+        key = (name, np.dtype(dtype))
+        buf = self._scratch.get(key)
+        if buf is None or buf.size < size:
+            grown = size if buf is None else max(size, 2 * buf.size)
+            buf = self._scratch[key] = self.empty((max(grown, 1),), dtype)
+        return buf[:size].reshape(shape)
+
+
+class CpuBackend(Backend):
+    """Kernels as Numba parallel loops over NumPy arrays; GEMMs on BLAS."""
+
+    name = "cpu"
+
+    def __init__(self):
+        super().__init__("cpu")
+
+    def empty(self, shape, dtype=np.float32):
+        return np.empty(shape, dtype)
+
+    def zeros(self, shape, dtype=np.float32):
+        return np.zeros(shape, dtype)
+
+    def upload(self, a):
+        """The array as the kernels take it: C-contiguous, f16 widened to f32; no copy otherwise."""
+        a = np.asarray(a)
+        if a.dtype == np.float16:
+            return a.astype(np.float32)
+        return np.require(a, requirements=("C", "A"))
+
+    def download(self, a):
+        """A host copy (as from a device: later kernels do not change it)."""
+        return np.array(a)
+
+    def weight(self, a):
+        """A matrix for gemm: C-contiguous f32 (f16 widened once; f32 kept without a copy)."""
+        return np.require(a, np.float32, ("C", "A"))
+
+    def gemm(self, x, w, out, bias=None):
+        """out[n, o] = x[n, i] @ w[o, i].T (+ bias[o]); x, out f32 2-D; w from weight()."""
+        if w.dtype != np.float32:
+            raise TypeError(f"gemm: the weight is {w.dtype}; prepare it with be.weight() "
+                            "(NumPy has no BLAS for it)")
+        np.matmul(x, w.T, out=out)
+        if bias is not None:
+            out += bias
+
+    def launch(self, kernel, count, *args):
+        """Run body `kernel(i, *args)` for i in range(count), in parallel."""
+        if count <= 0:
+            return
+        try:
+            self._launcher(kernel)(count, *args)
+        except Exception as e:
+            if any(getattr(a, "dtype", None) == np.float16 for a in args):
+                raise TypeError(f"{kernel.__name__}: float16 arrays cannot reach CPU kernels; "
+                                "pass them through be.upload() or be.weight()") from e
+            raise
+
+    def sync(self):
+        pass
+
+
+class CudaBackend(Backend):
+    """Kernels as CUDA grids over numba.cuda device arrays (or the simulator's)."""
+
+    name = "cuda"
+    threads_per_block = 256
+
+    def __init__(self):
+        from numba import config, cuda  # here, not at the top: the CPU path never imports it
+        self._cuda = cuda
+        self.simulator = bool(config.ENABLE_CUDASIM)
+        if self.simulator:
+            self.threads_per_block = 32  # the simulator runs one Python thread per CUDA thread
+        super().__init__("cuda")
+        self._no_bias = self.empty((0,), np.float32)
+
+    def _memory_error(self, nbytes, err):
+        free, total = self._cuda.current_context().get_memory_info()
+        dev = self._cuda.get_current_device()
+        name = dev.name.decode() if isinstance(dev.name, bytes) else dev.name
+        return MemoryError(f"CUDA device {name}: cannot allocate {nbytes / 2**20:.1f} MiB; "
+                           f"{free / 2**20:.0f} MiB free of {total / 2**20:.0f} MiB ({err})")
+
+    def _alloc(self, make, nbytes):
+        from numba.cuda.cudadrv.driver import CudaAPIError
+        try:
+            return make()
+        except CudaAPIError as e:
+            if "OUT_OF_MEMORY" in str(e) or "OUT_OF_MEMORY" in str(getattr(e, "code", "")):
+                raise self._memory_error(nbytes, e) from e
+            raise
+
+    def empty(self, shape, dtype=np.float32):
+        nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
+        return self._alloc(lambda: self._cuda.device_array(shape, dtype), nbytes)
+
+    def zeros(self, shape, dtype=np.float32):
+        a = self.empty(shape, dtype)
+        self.launch(fill_elem, a.size, a.reshape(-1), np.dtype(dtype).type(0))
+        return a
+
+    def upload(self, a):
+        """A device copy of host array `a` (a device array is returned as it is)."""
+        if hasattr(a, "copy_to_host"):
+            return a
+        a = np.ascontiguousarray(a)
+        return self._alloc(lambda: self._cuda.to_device(a), a.nbytes)
+
+    def download(self, a):
+        return a.copy_to_host()
+
+    def weight(self, a):
+        """A matrix for gemm on the device, f16 or f32 as given (other floats become f32)."""
+        if not hasattr(a, "copy_to_host") and a.dtype not in (np.float16, np.float32):
+            a = np.asarray(a, np.float32)
+        return self.upload(a)
+
+    def gemm(self, x, w, out, bias=None):
+        """out[n, o] = x[n, i] @ w[o, i].T (+ bias[o]): the portable body, one thread per output."""
+        n, n_in = x.shape
+        self.launch(linear_elem, n * w.shape[0], x, w, self._no_bias if bias is None else bias,
+                    out, n, n_in)
+
+    def launch(self, kernel, count, *args):
+        """Run body `kernel(i, *args)` for i in range(count), one CUDA thread each."""
+        if count <= 0:
+            return
+        tpb = self.threads_per_block
+        self._launcher(kernel)[(count + tpb - 1) // tpb, tpb](count, *args)
+
+    def sync(self):
+        self._cuda.synchronize()
+
+
+def cuda_unusable():
+    """Why the CUDA backend cannot run here (a sentence), or None when it can."""
+    if importlib.util.find_spec("numba_cuda") is None:
+        return ("numba-cuda is not installed (Numba's CUDA target lives in that package): "
+                "pip install 'nwhisper[cuda]'")
+    try:
+        from numba import config, cuda
+    except ImportError as e:
+        return f"numba.cuda cannot be imported: {e}"
+    if config.ENABLE_CUDASIM:
+        return None
+    try:
+        n = len(cuda.gpus)
+    except Exception as e:  # the driver library is missing or failed to initialise
+        return " ".join(str(e).split())
+    if n == 0 or not cuda.is_available():
+        return "the CUDA driver found no usable GPU"
+    return None
+
+
+def get(kind="auto"):
+    """A backend: 'cpu', 'cuda' (RuntimeError saying why when unusable), or 'auto' (CUDA if usable)."""
+    if kind == "cpu":
+        return CpuBackend()
+    if kind not in ("auto", "cuda"):
+        raise ValueError(f"unknown backend {kind!r}: expected 'auto', 'cpu' or 'cuda'")
+    why = cuda_unusable()
+    if why is None:
+        return CudaBackend()
+    if kind == "cuda":
+        raise RuntimeError(f"the CUDA backend cannot run: {why}")
+    return CpuBackend()

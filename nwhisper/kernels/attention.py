@@ -1,0 +1,93 @@
+"""Multi-head scaled dot-product attention, causal or not, for the encoder and the decoder step.
+
+Three portable launches, each parallel over many small items (GPU-friendly: neighbouring threads
+read neighbouring memory or share a row):
+
+    scores  s[h, q, j] = q[q, h] . k[j, h]                 one item per (head, query, key)
+    softmax p[h, q, :] = softmax(s[h, q, :] / sqrt(hd))    one item per (head, query) row
+    values  out[q, h*hd + c] = sum_j p[h, q, j] v[j, h*hd + c]   one item per output element
+
+Causal: query q sees keys j <= q + q_offset (q_offset = tokens already in the KV cache); masked
+scores are never computed nor read. The probabilities stay in a scratch buffer and are returned
+(word timestamps read the cross-attention weights of some heads).
+
+On the CPU, the scores and values products of big blocks run on BLAS per head instead (the same
+softmax body in between); tests hold that fast path to the portable one.
+"""
+
+import math
+
+import numpy as np
+
+from nwhisper.kernels._compile import kernel
+from nwhisper.kernels.reduce import softmax_row
+
+# CPU: use BLAS per head when a head's score block has at least this many entries (queries x keys);
+# below it (the one-token decoder step) the three portable launches are faster. bench/kernels.py.
+BLAS_MIN_SCORES = 4096
+
+
+@kernel
+def attn_scores_elem(i, q, k, s, nq, nk, hd, causal, q_offset):
+    """s[h, qi, j] = q[qi, h*hd:(h+1)*hd] . k[j, h*hd:(h+1)*hd], i = (h * nq + qi) * nk + j.
+
+    q (nq, H*hd), k (nk, H*hd), s (H, nq, nk) f32; masked entries (causal, j > qi + q_offset)
+    are left unwritten.
+    """
+    j = i % nk
+    hq = i // nk
+    qi = hq % nq
+    h = hq // nq
+    if causal and j > qi + q_offset:
+        return
+    base = h * hd
+    acc = np.float32(0.0)
+    for c in range(hd):
+        acc += q[qi, base + c] * k[j, base + c]
+    s[h, qi, j] = acc
+
+
+@kernel
+def attn_values_elem(i, p, v, out, nq, nk, width, hd, causal, q_offset):
+    """out[qi, col] = sum_j p[h, qi, j] * v[j, col], with qi, col = divmod(i, width), h = col // hd.
+
+    p (H, nq, nk) softmaxed f32, v (nk, width), out (nq, width) f32, width = H * hd.
+    """
+    qi = i // width
+    col = i - qi * width
+    h = col // hd
+    m = nk
+    if causal:
+        m = min(nk, qi + q_offset + 1)
+    acc = np.float32(0.0)
+    for j in range(m):
+        acc += p[h, qi, j] * v[j, col]
+    out[qi, col] = acc
+
+
+def attention(be, q, k, v, out, n_head, causal=False, q_offset=0):
+    """out = softmax(q k^T / sqrt(hd) [causal mask]) v per head; returns the probabilities.
+
+    q (nq, H*hd), k and v (nk, H*hd), out (nq, H*hd) f32, all row-contiguous (a KV cache is passed
+    as kcache[:L]). Returns p (H, nq, nk) f32: a view of the backend's scratch, valid until the
+    next attention call on that backend.
+    """
+    nq, width = q.shape
+    nk = k.shape[0]
+    hd = width // n_head
+    scale = np.float32(1.0 / math.sqrt(hd))
+    p = be.scratch("attention.p", (n_head, nq, nk))
+    rows = p.reshape(n_head * nq, nk)
+    if be.name == "cpu" and nq * nk >= BLAS_MIN_SCORES:
+        for h in range(n_head):
+            cols = slice(h * hd, (h + 1) * hd)
+            np.matmul(q[:, cols], k[:, cols].T, out=p[h])
+        be.launch(softmax_row, n_head * nq, rows, nk, scale, nq, causal, q_offset)
+        for h in range(n_head):
+            cols = slice(h * hd, (h + 1) * hd)
+            np.matmul(p[h], v[:, cols], out=out[:, cols])
+        return p
+    be.launch(attn_scores_elem, n_head * nq * nk, q, k, p, nq, nk, hd, causal, q_offset)
+    be.launch(softmax_row, n_head * nq, rows, nk, scale, nq, causal, q_offset)
+    be.launch(attn_values_elem, nq * width, p, v, out, nq, nk, width, hd, causal, q_offset)
+    return p

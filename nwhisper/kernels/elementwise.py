@@ -1,0 +1,103 @@
+"""Elementwise kernels: add, scale, fill, copy/convert, row gathers and row adds.
+
+One work item per element. 2-D operands are addressed through a flat index so that neighbouring
+GPU threads touch neighbouring memory; the CPU loop vectorises less but these kernels are
+memory-bound either way.
+"""
+
+import numpy as np
+
+from nwhisper.kernels._compile import kernel
+
+
+@kernel
+def add_elem(i, a, b, out):
+    """out[i] = a[i] + b[i]; flat f32 (out may be a)."""
+    out[i] = a[i] + b[i]
+
+
+@kernel
+def scale_elem(i, x, s):
+    """x[i] *= s; flat f32, s f32."""
+    x[i] *= s
+
+
+@kernel
+def fill_elem(i, x, value):
+    """x[i] = value; flat."""
+    x[i] = value
+
+
+@kernel
+def copy_elem(i, src, dst):
+    """dst[i] = src[i], converted to dst's type (f16 -> f32 is exact); flat."""
+    dst[i] = src[i]
+
+
+@kernel
+def bf16_elem(i, src, dst_bits):
+    """dst = bfloat16 src widened exactly: the 16 bits become the top half of an f32.
+
+    src: flat uint16 (bf16 bit patterns); dst_bits: flat uint32 view of the f32 destination.
+    """
+    dst_bits[i] = np.uint32(src[i]) << np.uint32(16)
+
+
+@kernel
+def add_rows_elem(i, x, table, start, d):
+    """x[r, c] += table[start + r, c], r, c = divmod(i, d); x: (n, d) f32, table: (rows, d) f32/f16."""
+    r = i // d
+    c = i - r * d
+    x[r, c] += np.float32(table[start + r, c])
+
+
+@kernel
+def embed_elem(i, table, ids, out, d):
+    """out[r, c] = table[ids[r], c], r, c = divmod(i, d); table (V, d) f32/f16, ids (n,) int32."""
+    r = i // d
+    c = i - r * d
+    out[r, c] = table[ids[r], c]
+
+
+def add(be, a, b, out):
+    """out = a + b elementwise; same-shape contiguous f32 (out may be a)."""
+    be.launch(add_elem, a.size, a.reshape(-1), b.reshape(-1), out.reshape(-1))
+
+
+def scale(be, x, s):
+    """x *= s in place; x contiguous f32."""
+    be.launch(scale_elem, x.size, x.reshape(-1), np.float32(s))
+
+
+def fill(be, x, value):
+    """x[...] = value; x contiguous."""
+    be.launch(fill_elem, x.size, x.reshape(-1), x.dtype.type(value))
+
+
+def kv_write(be, cache, pos, rows):
+    """cache[pos:pos + n] = rows; cache (capacity, d), rows (n, d)."""
+    n = rows.shape[0]
+    if pos + n > cache.shape[0]:
+        raise IndexError(f"kv_write: rows {pos}..{pos + n} do not fit a cache of {cache.shape[0]}")
+    be.launch(copy_elem, rows.size, rows.reshape(-1), cache[pos:pos + n].reshape(-1))
+
+
+def to_f32(be, src, dst):
+    """dst = float32(src) exactly; src f16, f32, or bf16 given as uint16 bit patterns; same shape."""
+    if src.dtype == np.uint16:
+        be.launch(bf16_elem, src.size, src.reshape(-1), dst.reshape(-1).view(np.uint32))
+    else:
+        be.launch(copy_elem, src.size, src.reshape(-1), dst.reshape(-1))
+
+
+def add_rows(be, x, table, start):
+    """x[i] += table[start + i] for each row i of x (positional embeddings); table f32 or f16."""
+    n, d = x.shape
+    if start + n > table.shape[0]:
+        raise IndexError(f"add_rows: rows {start}..{start + n} of a table of {table.shape[0]}")
+    be.launch(add_rows_elem, x.size, x, table, start, d)
+
+
+def embed(be, table, ids, out):
+    """out[i] = table[ids[i]]; table (V, d) f32 or f16, ids (n,) int32 on the device, out (n, d)."""
+    be.launch(embed_elem, out.size, table, ids, out, out.shape[1])
