@@ -36,6 +36,8 @@ MAX_DIM = 1 << 20          # any one dimension (vocabularies are ~52k, widths �
 MAX_LAYERS = 256
 MAX_HEADS = 1024
 
+N_TIMESTAMPS = 1501        # <|0.00|> … <|30.00|> in 0.02 s steps
+
 
 @dataclass(frozen=True)
 class Dims:
@@ -76,6 +78,22 @@ class Dims:
     def num_languages(self):
         # openai-whisper's count: 99 languages, or 100 for large-v3's 51866-entry vocabulary.
         return self.n_vocab - 51765 - int(self.is_multilingual)
+
+    def positional_special_ids(self):
+        """Special-token ids by position, as whisper.cpp derives them for a ggml file, whose
+        vocabulary has no text for them. openai-whisper's vocabulary ends with <|endoftext|>,
+        <|startoftranscript|>, one token per language, six task/control tokens and 1501
+        timestamps (<|0.00|> … <|30.00|>, 0.02 s apart), so every id follows from n_vocab.
+        None for a vocabulary too small to be Whisper's (e.g. a test model)."""
+        eot = self.n_vocab - N_TIMESTAMPS - 6 - self.num_languages - 2
+        if self.num_languages <= 0 or eot <= 0:
+            return None
+        sot = eot + 1
+        after = sot + self.num_languages  # the last language token
+        return {"<|endoftext|>": eot, "<|startoftranscript|>": sot,
+                "<|translate|>": after + 1, "<|transcribe|>": after + 2, "<|startoflm|>": after + 3,
+                "<|startofprev|>": after + 4, "<|nospeech|>": after + 5, "<|notimestamps|>": after + 6,
+                "<|0.00|>": after + 7}
 
 
 @dataclass
