@@ -1,0 +1,222 @@
+"""Every op on the CUDA backend under Numba's CUDA simulator, compared with the CPU backend.
+
+Run by tests/test_cudasim.py in a subprocess (the simulator must be switched on before numba is
+imported):
+
+    NUMBA_ENABLE_CUDASIM=1 python tests/cudasim_check.py [--signatures SIGS.json]
+
+prints one line per case ("CASE name maxdiff=...") and finally "REPORT {json}"; shapes are tiny,
+as the simulator runs one Python thread per CUDA thread. The simulator does no type inference, so
+the argument types of every launch can be saved, and
+
+    python tests/cudasim_check.py --ptx SIGS.json
+
+(without the simulator; needs NVVM, e.g. from `pip install numba-cuda[cu13]`, but no GPU) compiles
+each body with the CUDA compiler for exactly those types, and reports bodies whose PTX uses
+float64 arithmetic.
+"""
+
+import json
+import os
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+from nwhisper import backend  # noqa: E402
+from nwhisper import kernels as K  # noqa: E402
+
+TOL = 2e-6  # relative: f32 on both sides, only the summation order differs (the CPU reassociates)
+
+rng = np.random.default_rng(1234)
+
+
+def rand(*shape, dtype=np.float32):
+    return rng.standard_normal(shape).astype(dtype)
+
+
+# Each case takes a backend and host inputs, runs ops on the backend, returns host arrays.
+
+def layernorm(be, x, w, b):
+    out = be.empty(x.shape)
+    K.layernorm(be, be.upload(x), be.upload(w), be.upload(b), out)
+    return [be.download(out)]
+
+
+def gelu(be, x):
+    d = be.upload(x.copy())
+    out = be.empty(x.shape)
+    K.gelu(be, d, out)
+    K.gelu(be, d, d)  # in place
+    return [be.download(out), be.download(d)]
+
+
+def softmax_argmax(be, x):
+    d = be.upload(x.copy())
+    ids = be.empty((x.shape[0],), np.int32)
+    K.argmax(be, d, ids)
+    K.softmax_rows(be, d)
+    return [be.download(ids), be.download(d)]
+
+
+def elementwise(be, a, b, table):
+    da, db = be.upload(a.copy()), be.upload(b)
+    K.add(be, da, db, da)
+    K.scale(be, da, 0.5)
+    K.add_rows(be, da, be.upload(table), 2)
+    z = be.zeros(a.shape)
+    K.kv_write(be, z, 1, be.upload(a[:2].copy()))
+    return [be.download(da), be.download(z)]
+
+
+def embed(be, table, ids):
+    out = be.empty((ids.shape[0], table.shape[1]))
+    K.embed(be, be.upload(table), be.upload(ids), out)
+    return [be.download(out)]
+
+
+def to_f32(be, src):
+    out = be.empty(src.shape)
+    K.to_f32(be, be.upload(src), out)
+    return [be.download(out)]
+
+
+def conv1d(be, x, w, b, stride):
+    out = be.empty((K.conv.out_len(x.shape[0], stride), w.shape[0]))
+    K.conv1d(be, be.upload(x), be.upload(w), be.upload(b), out, stride)
+    return [be.download(out)]
+
+
+def linear(be, x, w, bias):
+    out = be.empty((x.shape[0], w.shape[0]))
+    K.linear(be, be.upload(x), be.weight(w), None if bias is None else be.upload(bias), out)
+    return [be.download(out)]
+
+
+def logits(be, x, table):
+    out = be.empty((x.shape[0], table.shape[0]))
+    K.logits(be, be.upload(x), be.weight(table), out)
+    return [be.download(out)]
+
+
+def attention(be, q, k, v, n_head, causal, q_offset):
+    out = be.empty(q.shape)
+    p = K.attention(be, be.upload(q), be.upload(k), be.upload(v), out, n_head, causal, q_offset)
+    return [be.download(out), be.download(p)]
+
+
+def bf16(x):
+    """bf16 bit patterns (uint16) of x, truncated."""
+    return (x.view(np.uint32) >> 16).astype(np.uint16)
+
+
+CASES = [
+    ("layernorm", layernorm, (rand(6, 32) * 3 + 1, rand(32), rand(32))),
+    ("gelu", gelu, (rand(5, 16) * 3,)),
+    ("softmax_argmax", softmax_argmax, (np.array([[1, 3, 3, 0], [-50, -40, -45, -40]], np.float32),)),
+    ("elementwise", elementwise, (rand(4, 8), rand(4, 8), rand(7, 8))),
+    ("elementwise_f16_table", elementwise, (rand(4, 8), rand(4, 8), rand(7, 8, dtype=np.float16))),
+    ("embed_f32", embed, (rand(10, 8), np.array([3, 0, 9], np.int32))),
+    ("embed_f16", embed, (rand(10, 8, dtype=np.float16), np.array([9, 9, 1], np.int32))),
+    ("to_f32_f16", to_f32, (rand(3, 5, dtype=np.float16),)),
+    ("to_f32_bf16", to_f32, (bf16(rand(3, 5)),)),
+    ("conv1d_s1", conv1d, (rand(8, 4), rand(6, 4, 3), rand(6), 1)),
+    ("conv1d_s2_f16", conv1d, (rand(9, 4), rand(6, 4, 3, dtype=np.float16), rand(6), 2)),
+    ("linear_bias", linear, (rand(3, 16), rand(8, 16), rand(8))),
+    ("linear_f16_nobias", linear, (rand(3, 16), rand(8, 16, dtype=np.float16), None)),
+    ("logits_f16", logits, (rand(2, 16), rand(20, 16, dtype=np.float16))),
+    ("attention_full", attention, (rand(6, 16), rand(6, 16), rand(6, 16), 2, False, 0)),
+    ("attention_causal", attention, (rand(3, 16), rand(7, 16), rand(7, 16), 2, True, 4)),
+    ("attention_decode", attention, (rand(1, 16), rand(8, 16), rand(8, 16), 4, True, 7)),
+]
+
+
+def describe(arg):
+    """A launch argument's type, as JSON: what the CUDA compiler would type it as."""
+    if isinstance(arg, bool):
+        return ["bool"]
+    if isinstance(arg, int):
+        return ["int64"]
+    if isinstance(arg, np.generic):
+        return [arg.dtype.name]
+    return ["array", arg.dtype.name, arg.ndim]
+
+
+def recording(be, signatures):
+    """Make be.launch record the argument types of each body into `signatures`."""
+    launch = be.launch
+
+    def record(kernel, count, *args):
+        sig = [describe(a) for a in args]
+        if sig not in signatures.setdefault(kernel.__name__, []):
+            signatures[kernel.__name__].append(sig)
+        launch(kernel, count, *args)
+    be.launch = record
+
+
+def simulate(signatures_path):
+    if os.environ.get("NUMBA_ENABLE_CUDASIM") != "1":
+        sys.exit("cudasim_check.py needs NUMBA_ENABLE_CUDASIM=1 in the environment")
+    cpu, sim = backend.get("cpu"), backend.get("cuda")
+    assert type(sim).__name__ == "CudaBackend" and sim.simulator, sim
+    signatures = {}
+    recording(sim, signatures)
+    report = {"cases": {}, "failed": []}
+    t0 = time.perf_counter()
+    for name, case, inputs in CASES:
+        want = case(cpu, *inputs)
+        got = case(sim, *inputs)
+        diff = max(float(np.max(np.abs(g.astype(np.float64) - w) / np.maximum(1.0, np.abs(w))))
+                   for g, w in zip(got, want))
+        ok = all(g.shape == w.shape and g.dtype == w.dtype for g, w in zip(got, want)) and diff <= TOL
+        report["cases"][name] = diff
+        if not ok:
+            report["failed"].append(name)
+        print(f"CASE {name} maxdiff={diff:.3g} {'ok' if ok else 'FAILED'}", flush=True)
+    report["seconds"] = round(time.perf_counter() - t0, 2)
+    report["bodies"] = sorted(signatures)
+    if signatures_path:
+        with open(signatures_path, "w") as f:
+            json.dump(signatures, f)
+    print("REPORT " + json.dumps(report), flush=True)
+    return 1 if report["failed"] else 0
+
+
+def compile_ptx(signatures_path):
+    """Compile every recorded body signature to PTX; report errors and float64 use."""
+    from numba import cuda, types
+    from numba.np.numpy_support import from_dtype
+
+    from nwhisper.kernels import _compile
+
+    def numba_type(d):
+        if d[0] == "array":
+            return types.Array(from_dtype(np.dtype(d[1])), d[2], "C")
+        return types.boolean if d[0] == "bool" else from_dtype(np.dtype(d[0]))
+
+    with open(signatures_path) as f:
+        signatures = json.load(f)
+    bodies = _compile.bodies()
+    report = {"compiled": 0, "f64": [], "errors": {}, "unexercised": sorted(set(bodies) - set(signatures))}
+    for name, sigs in signatures.items():
+        for sig in sigs:
+            argtypes = (types.int64,) + tuple(numba_type(d) for d in sig)
+            try:
+                ptx, _ = cuda.compile_ptx(bodies[name], argtypes, device=True, cc=(7, 5))
+            except Exception as e:
+                report["errors"][f"{name}{argtypes}"] = str(e).splitlines()[0][:300]
+                continue
+            report["compiled"] += 1
+            if ".f64" in ptx:
+                report["f64"].append(f"{name}{argtypes}")
+    print("REPORT " + json.dumps(report), flush=True)
+    return 1 if report["errors"] or report["f64"] else 0
+
+
+if __name__ == "__main__":
+    args = sys.argv[1:]
+    if args[:1] == ["--ptx"]:
+        sys.exit(compile_ptx(args[1]))
+    sys.exit(simulate(args[1] if args[:1] == ["--signatures"] else None))

@@ -1,0 +1,339 @@
+"""Every kernel op on the CPU backend against a NumPy reference computed in float64.
+
+Truth: the NumPy formulas below (LayerNorm, erf-GELU, Conv1d, scaled dot-product attention as in
+openai/whisper model.py), on random inputs. Each assertion message carries max |Δ|; tolerances
+are for float32 arithmetic with reassociated sums. Fast paths (BLAS GEMM, BLAS attention) are
+also checked against the portable bodies they stand in for.
+"""
+
+import math
+import sys
+
+import numpy as np
+import pytest
+
+from nwhisper import backend
+from nwhisper import kernels as K
+from nwhisper.kernels import _compile
+from nwhisper.kernels.matmul import linear_elem
+
+# The module, not the op that nwhisper.kernels re-exports under the same name.
+attention_mod = sys.modules["nwhisper.kernels.attention"]
+
+RTOL = 1e-5
+
+
+@pytest.fixture(scope="module")
+def be():
+    return backend.get("cpu")
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(20261130)
+
+
+def rand(rng, *shape, dtype=np.float32):
+    return rng.standard_normal(shape).astype(dtype)
+
+
+def check(name, got, want, rtol=RTOL):
+    """Assert |got - want| <= rtol * max(1, max|want|); print and return max |Δ|."""
+    want = np.asarray(want, np.float64)
+    diff = float(np.max(np.abs(got.astype(np.float64) - want))) if want.size else 0.0
+    bound = rtol * max(1.0, float(np.max(np.abs(want))) if want.size else 1.0)
+    print(f"{name}: max |Δ| = {diff:.3g}")
+    assert got.shape == want.shape, f"{name}: shape {got.shape}, expected {want.shape}"
+    assert diff <= bound, f"{name}: max |Δ| = {diff:.3g} > {bound:.3g}"
+    return diff
+
+
+# --- references (float64) ---
+
+def ref_layernorm(x, w, b, eps=1e-5):
+    x = x.astype(np.float64)
+    return (x - x.mean(1, keepdims=True)) / np.sqrt(x.var(1, keepdims=True) + eps) * w + b
+
+
+ERF = np.vectorize(math.erf)
+
+
+def ref_gelu(x):
+    x = x.astype(np.float64)
+    return 0.5 * x * (1 + ERF(x / math.sqrt(2)))
+
+
+def ref_gelu_tanh(x):
+    x = x.astype(np.float64)
+    return 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))
+
+
+def ref_conv1d(x, w, b, stride):
+    x = np.pad(x.astype(np.float64), ((1, 1), (0, 0)))
+    t_out = (x.shape[0] - 3) // stride + 1
+    w = w.astype(np.float64)
+    return np.stack([sum(x[t * stride + k] @ w[:, :, k].T for k in range(3))
+                     for t in range(t_out)]) + b
+
+
+def ref_attention(q, k, v, n_head, causal=False, q_offset=0):
+    """(out (nq, d), p (H, nq, nk)) in float64."""
+    nq, d = q.shape
+    nk = k.shape[0]
+    hd = d // n_head
+    out = np.zeros((nq, d))
+    probs = np.zeros((n_head, nq, nk))
+    for h in range(n_head):
+        c = slice(h * hd, (h + 1) * hd)
+        s = q[:, c].astype(np.float64) @ k[:, c].T.astype(np.float64) / math.sqrt(hd)
+        if causal:
+            s[np.arange(nk)[None, :] > np.arange(nq)[:, None] + q_offset] = -np.inf
+        s = np.exp(s - s.max(1, keepdims=True))
+        probs[h] = s / s.sum(1, keepdims=True)
+        out[:, c] = probs[h] @ v[:, c]
+    return out, probs
+
+
+# --- ops ---
+
+@pytest.mark.parametrize("rows,d", [(1, 8), (7, 64), (300, 384)])
+def test_layernorm(be, rng, rows, d):
+    x = rand(rng, rows, d) * 4 + 2
+    w, b = rand(rng, d), rand(rng, d)
+    out = be.empty((rows, d))
+    K.layernorm(be, x, w, b, out)
+    check("layernorm", out, ref_layernorm(x, w, b))
+    want = ref_layernorm(x, w, b)
+    K.layernorm(be, x, w, b, x)  # in place
+    check("layernorm in place", x, want)
+
+
+def test_gelu_is_the_erf_form(be, rng):
+    x = np.concatenate([np.linspace(-6, 6, 1001, dtype=np.float32), rand(rng, 5000) * 3])
+    out = be.empty(x.shape)
+    K.gelu(be, x, out)
+    check("gelu vs math.erf", out, ref_gelu(x), rtol=2e-7)
+    tanh_gap = float(np.max(np.abs(out - ref_gelu_tanh(x))))
+    print(f"gelu vs tanh form: max |Δ| = {tanh_gap:.3g}")
+    assert tanh_gap > 1e-4, f"GELU matches the tanh approximation (max |Δ| {tanh_gap:.3g})"
+    y = x.reshape(6001, 1)[:6000].reshape(60, 100).copy()
+    K.gelu(be, y, y)  # in place, 2-D
+    check("gelu in place", y.reshape(-1), ref_gelu(x[:6000]), rtol=2e-7)
+
+
+@pytest.mark.parametrize("t_in,c_in,c_out,stride", [(5, 2, 3, 1), (20, 8, 16, 2), (301, 80, 64, 1),
+                                                    (300, 64, 64, 2)])
+@pytest.mark.parametrize("wdtype", [np.float32, np.float16])
+def test_conv1d(be, rng, t_in, c_in, c_out, stride, wdtype):
+    x, w, b = rand(rng, t_in, c_in), rand(rng, c_out, c_in, 3, dtype=wdtype), rand(rng, c_out)
+    out = be.empty((K.conv.out_len(t_in, stride), c_out))
+    K.conv1d(be, x, be.upload(w), b, out, stride)
+    check(f"conv1d {w.dtype}", out, ref_conv1d(x, w, b, stride))
+
+
+@pytest.mark.parametrize("n,i,o", [(1, 8, 4), (5, 64, 96), (1, 384, 1536), (300, 384, 384)])
+@pytest.mark.parametrize("wdtype", [np.float32, np.float16])
+@pytest.mark.parametrize("with_bias", [True, False])
+def test_linear(be, rng, n, i, o, wdtype, with_bias):
+    x, w = rand(rng, n, i), rand(rng, o, i, dtype=wdtype)
+    bias = rand(rng, o) if with_bias else None
+    out = be.empty((n, o))
+    K.linear(be, x, be.weight(w), bias, out)
+    want = x.astype(np.float64) @ w.T.astype(np.float64) + (0 if bias is None else bias)
+    check("linear (BLAS)", out, want)
+    portable = be.empty((n, o))
+    be.launch(linear_elem, n * o, x, be.weight(w), np.zeros(0, np.float32) if bias is None else bias,
+              portable, n, i)
+    check("linear portable body vs BLAS", portable, out)
+
+
+def test_linear_into_row_slices(be, rng):
+    x, w = rand(rng, 10, 16), be.weight(rand(rng, 8, 16))
+    big = np.zeros((12, 8), np.float32)
+    K.linear(be, x[3:6], w, None, big[4:7])
+    check("linear on row slices", big[4:7], x[3:6].astype(np.float64) @ w.T)
+    assert not big[:4].any() and not big[7:].any()
+
+
+@pytest.mark.parametrize("tdtype", [np.float32, np.float16])
+def test_logits(be, rng, tdtype):
+    x, table = rand(rng, 2, 64), rand(rng, 1000, 64, dtype=tdtype)
+    out = be.empty((2, 1000))
+    K.logits(be, x, be.weight(table), out)
+    check("logits", out, x.astype(np.float64) @ table.T.astype(np.float64))
+
+
+def test_f16_must_be_prepared(be, rng):
+    w = rand(rng, 4, 8, dtype=np.float16)
+    with pytest.raises(TypeError, match="be.weight"):
+        be.gemm(rand(rng, 2, 8), w, be.empty((2, 4)))
+    with pytest.raises(TypeError, match="float16"):
+        K.embed(be, w, np.array([1], np.int32), be.empty((1, 8)))
+
+
+ATTENTION_CASES = [  # nq, nk, n_head, causal, q_offset
+    (1, 1, 1, False, 0),
+    (4, 4, 2, False, 0),
+    (5, 9, 4, True, 4),     # prompt tokens after 4 cached ones
+    (1, 24, 2, True, 23),   # one decode step over a KV cache
+    (1, 1500, 6, False, 0),  # cross-attention step (tiny)
+    (1, 448, 8, True, 447),  # self-attention step at full context (base)
+    (150, 150, 6, False, 0),
+    (64, 64, 4, True, 0),
+]
+
+
+@pytest.mark.parametrize("nq,nk,n_head,causal,q_offset", ATTENTION_CASES)
+@pytest.mark.parametrize("path", ["auto", "portable", "blas"])
+def test_attention(be, rng, monkeypatch, nq, nk, n_head, causal, q_offset, path):
+    if path != "auto":
+        monkeypatch.setattr(attention_mod, "BLAS_MIN_SCORES", 0 if path == "blas" else 10**12)
+    d = 16 * n_head
+    q, k, v = rand(rng, nq, d), rand(rng, nk, d), rand(rng, nk, d)
+    out = be.empty((nq, d))
+    p = K.attention(be, q, k, v, out, n_head, causal=causal, q_offset=q_offset)
+    want_out, want_p = ref_attention(q, k, v, n_head, causal, q_offset)
+    check(f"attention {path} out", out, want_out)
+    check(f"attention {path} probabilities", p, want_p)
+
+
+def test_attention_over_a_cache_prefix(be, rng):
+    """The decoder passes kcache[:L] of a fixed-capacity cache; scratch shrinks and grows."""
+    d, cap = 32, 16
+    kc, vc = be.zeros((cap, d)), be.zeros((cap, d))
+    for L in range(1, 6):
+        K.kv_write(be, kc, L - 1, rand(rng, 1, d))
+        K.kv_write(be, vc, L - 1, rand(rng, 1, d))
+        q, out = rand(rng, 1, d), be.empty((1, d))
+        K.attention(be, q, kc[:L], vc[:L], out, 2, causal=True, q_offset=L - 1)
+        check(f"decode step L={L}", out, ref_attention(q, kc[:L], vc[:L], 2)[0])
+
+
+def test_add_scale_add_rows(be, rng):
+    a, b = rand(rng, 7, 24), rand(rng, 7, 24)
+    table16 = rand(rng, 20, 24, dtype=np.float16)
+    want = (a.astype(np.float64) + b) * 0.25 + table16[3:10]
+    K.add(be, a, b, a)
+    K.scale(be, a, 0.25)
+    K.add_rows(be, a, be.upload(table16), 3)
+    check("add, scale, add_rows", a, want)
+    with pytest.raises(IndexError):
+        K.add_rows(be, a, be.upload(table16), 14)
+
+
+@pytest.mark.parametrize("tdtype", [np.float32, np.float16])
+def test_embed(be, rng, tdtype):
+    table = rand(rng, 50, 16, dtype=tdtype)
+    ids = np.array([0, 49, 7, 7], np.int32)
+    out = be.empty((4, 16))
+    K.embed(be, be.upload(table), ids, out)
+    check("embed", out, table[ids].astype(np.float32), rtol=0)
+
+
+def test_kv_write(be, rng):
+    cache = be.zeros((10, 8))
+    rows = rand(rng, 3, 8)
+    K.kv_write(be, cache, 4, rows)
+    want = np.zeros((10, 8))
+    want[4:7] = rows
+    check("kv_write", cache, want, rtol=0)
+    with pytest.raises(IndexError):
+        K.kv_write(be, cache, 8, rows)
+
+
+def test_softmax_rows(be, rng):
+    x = rand(rng, 5, 300) * 30
+    x[0, :] = -1e30
+    x[1, 7] = 1e4
+    want = np.exp(x.astype(np.float64) - x.max(1, keepdims=True))
+    want /= want.sum(1, keepdims=True)
+    K.softmax_rows(be, x)
+    check("softmax_rows", x, want)
+
+
+def test_argmax(be, rng):
+    x = rand(rng, 4, 51864)
+    x[1, [10, 20, 30]] = 100.0  # ties -> the lowest index
+    x[2, :] = -np.inf
+    x[2, 5000] = -1e30
+    out = be.empty((4,), np.int32)
+    K.argmax(be, x, out)
+    assert out.dtype == np.int32
+    assert out.tolist() == [int(np.argmax(x[0])), 10, 5000, int(np.argmax(x[3]))], out
+
+
+def test_to_f32(be, rng):
+    h = np.concatenate([rand(rng, 1000).astype(np.float16),
+                        np.array([6e-8, -6e-8, 65504, -0.0, np.inf, -np.inf], np.float16)])
+    dst = be.empty(h.shape)
+    K.to_f32(be, be.upload(h), dst)
+    assert np.array_equal(dst, h.astype(np.float32)), "f16 -> f32 is not exact"
+    f = rand(rng, 1000)
+    bits = (f.view(np.uint32) >> 16).astype(np.uint16)  # bf16 by truncation
+    K.to_f32(be, bits, dst[:1000])
+    want = (bits.astype(np.uint32) << 16).view(np.float32)
+    assert np.array_equal(dst[:1000], want), "bf16 -> f32 is not exact"
+    check("bf16 -> f32 against the f32 it came from", dst[:1000], f, rtol=2 ** -7)
+
+
+def test_zeros_upload_download(be, rng):
+    assert not be.zeros((3, 4)).any()
+    x = rand(rng, 3, 4)
+    assert be.upload(x) is x  # contiguous f32: no copy
+    y = be.download(x)
+    assert y is not x and np.array_equal(y, x)
+    assert be.upload(x.astype(np.float16)).dtype == np.float32
+    assert be.weight(x) is x
+
+
+def test_scratch_is_reused_and_grows(be):
+    a = be.scratch("test.scratch", (4, 5))
+    b = be.scratch("test.scratch", (2, 3))
+    assert a.shape == (4, 5) and b.shape == (2, 3) and np.shares_memory(a, b)
+    c = be.scratch("test.scratch", (21,))
+    assert c.size == 21 and not np.shares_memory(a, c)
+
+
+# --- machinery ---
+
+def test_launchers_are_fresh():
+    for target in ("cpu", "cuda"):
+        assert _compile.is_fresh(target), (
+            f"{_compile.path(target)} is stale: run `python -m nwhisper.kernels` and commit it")
+
+
+def test_cpu_bodies_compute_in_float32():
+    """No float64 arithmetic crept into a body: a float64 literal or an int/float promotion would be
+    slow on GPUs. Recompiles each body (uncached, so its LLVM is at hand) for every signature its
+    launcher ran with in this session, and reads the IR."""
+    import numba
+
+    from nwhisper.kernels import _launch_cpu
+    seen = 0
+    for name, body in _compile.bodies().items():
+        fresh = numba.njit(body)
+        for sig in getattr(_launch_cpu, name).signatures:
+            fsig = (numba.int64,) + tuple(sig[1:])
+            fresh.compile(fsig)
+            ops = [line for line in fresh.inspect_llvm(fsig).splitlines()
+                   if "double" in line and any(op in line for op in ("fadd", "fmul", "fdiv", "fsub"))]
+            assert not ops, f"{name}{fsig} computes in float64:\n" + "\n".join(ops[:5])
+            seen += 1
+    if not seen:
+        pytest.skip("no kernel ran in this session")
+
+
+def test_unknown_kernel_and_backend():
+    with pytest.raises(ValueError, match="unknown backend"):
+        backend.get("tpu")
+    with pytest.raises(KeyError, match="not a kernel body"):
+        backend.get("cpu").launch(ref_gelu, 1)
+
+
+def test_cuda_unusable_is_a_sentence():
+    why = backend.cuda_unusable()
+    if why is None:
+        pytest.skip("CUDA is usable here")
+    with pytest.raises(RuntimeError, match="CUDA backend cannot run"):
+        backend.get("cuda")
+    assert isinstance(backend.get("auto"), backend.CpuBackend)
