@@ -125,7 +125,7 @@ def resample(x, sr_in, sr_out=SAMPLE_RATE):
         return x.copy()
     n_out = -(-len(x) * up // down)
     left, right, taps = _reach(up, down)
-    xp = np.zeros(left + len(x) + right + 1, np.float32)
+    xp = np.zeros(left + len(x) + right, np.float32)     # the last i0 is len(x) - 1
     xp[left:left + len(x)] = x
     y = np.zeros(n_out, np.float64)
     # The first output of phase p is the n in [0, up) with n · down ≡ p (mod up).
