@@ -1,0 +1,194 @@
+"""Choosing tokens: the prompt, the logit filters, greedy decoding of one 30 s window.
+
+One window is decoded from a prompt built from the model's OWN special-token ids (they move
+between Whisper versions: English-only, multilingual, large-v3), e.g. for a multilingual model
+
+    <|startoftranscript|> <|en|> <|transcribe|> <|notimestamps|>
+
+and then one token per decoder step, each the argmax of the logits after the filters:
+
+  * suppressed tokens — the non-speech symbols and the control tokens Whisper never emits as
+    text (the model's own `suppress_ids`, as Hugging Face's generation config lists them);
+  * suppress-at-begin — a blank or end-of-text as the very first token (`suppress_ids_begin`);
+  * with timestamps, OpenAI's timestamp rules (see `TimestampRules`).
+
+Without timestamps the filters are one additive mask on the device, the argmax runs on the
+device, and one int32 comes back per step. With timestamps the rules look at the sequence so far
+and at log-probabilities, which is done on the host.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import kernels as K
+
+NEG_INF = np.float32(-np.inf)
+
+
+@dataclass(frozen=True)
+class DecodingOptions:
+    task: str = "transcribe"            # or "translate" (multilingual models)
+    language: str | None = None         # None: English on .en models, else detected beforehand
+    max_tokens: int = 224               # per window (openai-whisper's sample_len: n_text_ctx // 2)
+    timestamps: bool = False            # decode Whisper's timestamp tokens
+    max_initial_timestamp: float = 1.0  # the first timestamp may not exceed this (seconds)
+    prompt: tuple = ()                  # previous text tokens (conditioning), without <|startofprev|>
+
+
+@dataclass
+class DecodingResult:
+    tokens: list                        # sampled tokens, without the prompt and without EOT
+    sum_logprob: float = 0.0
+    no_speech_prob: float = float("nan")
+    language: str | None = None
+    prompt: list = field(default_factory=list)
+
+    @property
+    def avg_logprob(self):
+        # openai-whisper divides by len + 1: the end-of-text token's log-probability is included.
+        return self.sum_logprob / (len(self.tokens) + 1)
+
+
+def build_prompt(tok, options: DecodingOptions, multilingual: bool):
+    """[<|startofprev|> prev…] <|startoftranscript|> [<|lang|> <|task|>] [<|notimestamps|>]."""
+    prompt = []
+    if options.prompt:
+        prompt = [tok.sot_prev] + list(options.prompt)
+    if multilingual:
+        prompt += tok.sot_sequence(language=options.language or "en", task=options.task)
+    else:
+        prompt += [tok.sot]
+    if not options.timestamps:
+        prompt.append(tok.no_timestamps)
+    return prompt
+
+
+def suppress_lists(ck, tok):
+    """(always, at_begin) token ids. The checkpoint's lists when it has them (HF generation
+    config, CT2 config.json); otherwise openai-whisper's: the non-speech symbols plus the
+    control tokens, and at the first step a blank and end-of-text."""
+    always = ck.suppress_ids
+    if always is None:
+        always = list(tok.non_speech_tokens()) + [tok.transcribe, tok.translate, tok.sot,
+                                                  tok.sot_prev, tok.sot_lm, tok.no_speech]
+    begin = ck.suppress_ids_begin
+    if begin is None:
+        begin = list(tok.encode(" ")) + [tok.eot]
+    return sorted(set(int(i) for i in always if i >= 0)), sorted(set(int(i) for i in begin))
+
+
+def log_softmax(x):
+    x = x.astype(np.float64)
+    m = x.max()
+    return x - (m + np.log(np.exp(x - m).sum()))
+
+
+class TimestampRules:
+    """OpenAI's constrained decoding of timestamp tokens (whisper/decoding.py ApplyTimestampRules).
+
+    1. `<|notimestamps|>` is never sampled.
+    2. Timestamps come in pairs: after a lone timestamp the next token is a timestamp or EOT;
+       after a pair (or at the start) it is text or EOT... except the very first token, rule 4.
+    3. Timestamps never go back in time, and a new segment's start is after the last end.
+    4. The first token is a timestamp no later than `max_initial_timestamp`.
+    5. When the timestamps' summed probability beats every single text token, sample a timestamp.
+    """
+
+    def __init__(self, tok, n_vocab, max_initial_timestamp):
+        self.tok = tok
+        self.ts_begin = tok.timestamp_begin
+        self.eot = tok.eot
+        self.n_vocab = n_vocab
+        self.max_initial = None if max_initial_timestamp is None else int(round(max_initial_timestamp / 0.02))
+
+    def apply(self, logits, sampled):
+        """Mask `logits` (host float32 (n_vocab,)) in place, given the tokens sampled so far."""
+        b = self.ts_begin
+        logits[self.tok.no_timestamps] = NEG_INF
+        last_ts = len(sampled) >= 1 and sampled[-1] >= b
+        penult_ts = len(sampled) < 2 or sampled[-2] >= b
+        if last_ts:
+            if penult_ts:
+                logits[b:] = NEG_INF          # a pair just closed: text (or EOT) must follow
+            else:
+                logits[:self.eot] = NEG_INF   # a segment is open: a timestamp (or EOT) must follow
+        stamps = [t for t in sampled if t >= b]
+        if stamps:
+            # the closing timestamp may repeat the last one; a new segment must move forward
+            floor = stamps[-1] if (last_ts and not penult_ts) else stamps[-1] + 1
+            logits[b:floor] = NEG_INF
+        if not sampled:
+            logits[:b] = NEG_INF
+            if self.max_initial is not None:
+                logits[b + self.max_initial + 1:] = NEG_INF
+        lp = log_softmax(logits)
+        ts_mass = np.logaddexp.reduce(lp[b:])
+        if ts_mass > lp[:b].max():
+            logits[:b] = NEG_INF
+
+
+class GreedyDecoder:
+    """Greedy decoding of one window on a `Whisper` model."""
+
+    def __init__(self, model, tok, ck):
+        self.model, self.tok, self.be = model, tok, model.be
+        self.n_vocab = model.dims.n_vocab
+        always, begin = suppress_lists(ck, tok)
+        self.always, self.begin = always, begin
+        mask = np.zeros((1, self.n_vocab), np.float32)
+        mask[0, always] = NEG_INF
+        self.mask = self.be.upload(mask)
+        mask = mask.copy()
+        mask[0, begin] = NEG_INF
+        self.mask_begin = self.be.upload(mask)
+        self.best = self.be.empty((1,), np.int32)
+
+    def decode(self, enc, options: DecodingOptions, prompt=None):
+        """Decode one window whose encoder states are `enc` (on the device)."""
+        tok, model, be = self.tok, self.model, self.be
+        if prompt is None:
+            prompt = build_prompt(tok, options, model.dims.is_multilingual)
+        state = model.new_state(enc)
+        room = model.dims.n_text_ctx - len(prompt)
+        limit = max(0, min(options.max_tokens, room))
+        rules = TimestampRules(tok, self.n_vocab, options.max_initial_timestamp) if options.timestamps else None
+        result = DecodingResult(tokens=[], prompt=list(prompt))
+        logits = model.decode(state, np.asarray(prompt, np.int32))
+        sot_index = prompt.index(tok.sot)
+        if tok.no_speech is not None:
+            row = be.download(logits[sot_index:sot_index + 1])[0]
+            result.no_speech_prob = float(np.exp(log_softmax(row)[tok.no_speech]))
+        last = logits[len(prompt) - 1:len(prompt)]
+        while len(result.tokens) < limit:
+            first = not result.tokens
+            if rules is None:
+                K.add(be, last, self.mask_begin if first else self.mask, last)
+                K.argmax(be, last, self.best)
+                t = int(be.download(self.best)[0])
+            else:
+                row = be.download(last)[0].copy()
+                row[self.always] = NEG_INF
+                if first:
+                    row[self.begin] = NEG_INF
+                rules.apply(row, result.tokens)
+                t = int(np.argmax(row))
+                result.sum_logprob += float(log_softmax(row)[t])
+            if t == tok.eot:
+                break
+            result.tokens.append(t)
+            last = model.decode(state, np.asarray([t], np.int32))
+        return result
+
+
+def detect_language(model, tok, enc):
+    """({code: probability}, best code) from one decoder step on <|startoftranscript|>, the
+    logits restricted to the language tokens (openai-whisper's detect_language)."""
+    state = model.new_state(enc)
+    row = model.be.download(model.decode(state, np.asarray([tok.sot], np.int32)))[0]
+    codes, ids = zip(*tok.languages)
+    lp = log_softmax(row[list(ids)])
+    probs = {c: float(p) for c, p in zip(codes, np.exp(lp))}
+    return probs, codes[int(np.argmax(lp))]

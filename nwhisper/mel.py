@@ -1,0 +1,97 @@
+"""The log-mel spectrogram Whisper was trained on.
+
+    16 kHz samples
+      → frames of N_FFT = 400 samples every HOP = 160 (10 ms), centred: reflect-padded by 200
+      → periodic Hann window → |DFT|² of the 201 non-negative frequencies
+      → Slaney-style mel filter bank (80 bands, or 128 for large-v3)
+      → log10 (floored at 1e-10) → clamp to (max − 8) → (x + 4) / 4
+
+The last STFT frame is dropped (openai-whisper and Hugging Face both do: 30 s of audio gives
+exactly N_FRAMES = 3000 frames). Output is time-major, (frames, n_mels), which is the layout the
+encoder's first convolution reads.
+
+The clamp's max is over the whole spectrogram, so a window is normalised by its loudest frame.
+Frames that lie entirely in zero padding hold log10(1e-10) = −10 before the clamp; they are
+filled with that value instead of being transformed, so a 2 s utterance pays for 2 s of STFT,
+not for the 30 s window it is padded to.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+SAMPLE_RATE = 16000
+N_FFT = 400
+HOP_LENGTH = 160
+CHUNK_LENGTH = 30
+N_SAMPLES = CHUNK_LENGTH * SAMPLE_RATE      # 480000 samples in a 30 s window
+N_FRAMES = N_SAMPLES // HOP_LENGTH          # 3000 frames in a 30 s window
+N_FREQ = N_FFT // 2 + 1                     # 201 DFT bins
+LOG_FLOOR = -10.0                           # log10 of the 1e-10 power floor
+
+
+def _hz_to_mel(f):
+    """Slaney's mel scale (librosa's default, htk=False): linear below 1 kHz, log above."""
+    f = np.asarray(f, np.float64)
+    f_sp, min_log_hz = 200.0 / 3, 1000.0
+    min_log_mel, logstep = min_log_hz / f_sp, np.log(6.4) / 27.0
+    return np.where(f >= min_log_hz, min_log_mel + np.log(np.maximum(f, 1e-10) / min_log_hz) / logstep, f / f_sp)
+
+
+def _mel_to_hz(m):
+    m = np.asarray(m, np.float64)
+    f_sp, min_log_hz = 200.0 / 3, 1000.0
+    min_log_mel, logstep = min_log_hz / f_sp, np.log(6.4) / 27.0
+    return np.where(m >= min_log_mel, min_log_hz * np.exp(logstep * (m - min_log_mel)), f_sp * m)
+
+
+@functools.lru_cache(maxsize=4)
+def mel_filters(n_mels, sr=SAMPLE_RATE, n_fft=N_FFT):
+    """(n_mels, n_fft//2 + 1) float64 triangular filters, area-normalised ("slaney" norm)."""
+    fft_freqs = np.linspace(0.0, sr / 2, n_fft // 2 + 1)
+    mel_pts = _mel_to_hz(np.linspace(_hz_to_mel(0.0), _hz_to_mel(sr / 2), n_mels + 2))
+    fdiff = np.diff(mel_pts)
+    ramps = mel_pts[:, None] - fft_freqs[None, :]
+    lower = -ramps[:-2] / fdiff[:-1, None]
+    upper = ramps[2:] / fdiff[1:, None]
+    weights = np.maximum(0.0, np.minimum(lower, upper))
+    weights *= (2.0 / (mel_pts[2:n_mels + 2] - mel_pts[:n_mels]))[:, None]
+    weights.setflags(write=False)
+    return weights
+
+
+@functools.lru_cache(maxsize=1)
+def hann_window():
+    """Periodic Hann (torch.hann_window's default): the DFT-even window, N not N-1 in the cosine."""
+    n = np.arange(N_FFT)
+    w = 0.5 - 0.5 * np.cos(2 * np.pi * n / N_FFT)
+    w.setflags(write=False)
+    return w
+
+
+def log_mel(audio, n_mels=80, n_frames=None):
+    """Log-mel of 16 kHz `audio` (float32), time-major (frames, n_mels) float32.
+
+    n_frames: the number of frames wanted, as if `audio` were zero-padded to n_frames·HOP
+    samples first (N_FRAMES for one 30 s window); default: the frames the audio itself gives.
+    """
+    audio = np.asarray(audio, np.float32)
+    n = len(audio)
+    if n_frames is None:
+        n_frames = n // HOP_LENGTH          # 1 + n//HOP frames, minus the dropped last one
+    total = n_frames * HOP_LENGTH           # the (virtually) zero-padded length
+    # Frames whose 400-sample window touches the audio; every later frame sees only zeros.
+    live = min(n_frames, (n + N_FFT // 2) // HOP_LENGTH + 1) if n else 0
+    logspec = np.full((n_frames, n_mels), LOG_FLOOR, np.float64)
+    if live:
+        x = np.zeros(total, np.float64)
+        x[:min(n, total)] = audio[:total]
+        padded = np.pad(x, N_FFT // 2, mode="reflect")   # center=True, as torch.stft
+        idx = np.arange(live)[:, None] * HOP_LENGTH + np.arange(N_FFT)[None, :]
+        frames = padded[idx] * hann_window()
+        power = np.abs(np.fft.rfft(frames, axis=1)) ** 2
+        logspec[:live] = np.log10(np.maximum(power @ mel_filters(n_mels).T, 1e-10))
+    logspec = np.maximum(logspec, logspec.max() - 8.0)
+    return ((logspec + 4.0) / 4.0).astype(np.float32)

@@ -1,0 +1,240 @@
+"""Whisper's network on the kernels: the encoder, and the decoder one step at a time.
+
+    mel (2·n_audio_ctx, n_mels)
+      → conv1 (k3 s1) → GELU → conv2 (k3 s2) → GELU      3000 frames → 1500 positions
+      → + embed_positions (a stored tensor, not sinusoids computed here)
+      → n_audio_layer × [ LN → self-attention (non-causal) → +x ; LN → fc1 → GELU → fc2 → +x ]
+      → LN                                                 = the encoder states (1500, d)
+
+    token ids at positions pos…pos+n-1
+      → embed_tokens[ids] + embed_positions[pos…]
+      → n_text_layer × [ LN → causal self-attention over the KV cache → +x ;
+                         LN → cross-attention to the encoder states → +x ;
+                         LN → fc1 → GELU → fc2 → +x ]
+      → LN → · embed_tokensᵀ                               = logits (n, n_vocab)
+
+Every array here lives on the backend (`be`): the encoder states and the cross-attention K/V stay
+on the device for the whole window, and greedy decoding moves one token id in and one out.
+Shapes are read from the checkpoint, never assumed from a model size.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import kernels as K
+from .io.checkpoint import Checkpoint
+
+LN_EPS = 1e-5   # torch.nn.LayerNorm's default, which every Whisper was trained with
+
+
+def _host(a, dtype=None):
+    """A checkpoint array as an aligned, contiguous host array (memory-mapped CT2 tensors may be
+    unaligned, which Numba refuses); float32 unless a dtype is given."""
+    return np.require(a, dtype=dtype or np.float32, requirements=["C", "A"])
+
+
+class _Linear:
+    """y = x·Wᵀ (+ b). k_proj has no bias: openai-whisper built its key projections with
+    bias=False (a bias on the keys would add the same constant to every score of a query,
+    which softmax cancels), so `b` is None there."""
+
+    def __init__(self, be, ck, name, bias=True):
+        self.w = be.weight(_host(ck[name + ".weight"], ck[name + ".weight"].dtype))
+        self.b = be.upload(_host(ck[name + ".bias"])) if bias else None
+        self.n_out = ck[name + ".weight"].shape[0]
+
+    def __call__(self, be, x, out):
+        K.linear(be, x, self.w, self.b, out)
+        return out
+
+
+class _LayerNorm:
+    def __init__(self, be, ck, name):
+        self.w = be.upload(_host(ck[name + ".weight"]))
+        self.b = be.upload(_host(ck[name + ".bias"]))
+
+    def __call__(self, be, x, out):
+        K.layernorm(be, x, self.w, self.b, out, LN_EPS)
+        return out
+
+
+class _Attention:
+    def __init__(self, be, ck, prefix):
+        self.q = _Linear(be, ck, prefix + ".q_proj")
+        self.k = _Linear(be, ck, prefix + ".k_proj", bias=False)
+        self.v = _Linear(be, ck, prefix + ".v_proj")
+        self.out = _Linear(be, ck, prefix + ".out_proj")
+
+
+class _Block:
+    """One pre-LayerNorm residual block; `cross` adds the decoder's cross-attention."""
+
+    def __init__(self, be, ck, prefix, cross):
+        self.attn_ln = _LayerNorm(be, ck, prefix + ".self_attn_layer_norm")
+        self.attn = _Attention(be, ck, prefix + ".self_attn")
+        self.cross_ln = _LayerNorm(be, ck, prefix + ".encoder_attn_layer_norm") if cross else None
+        self.cross = _Attention(be, ck, prefix + ".encoder_attn") if cross else None
+        self.mlp_ln = _LayerNorm(be, ck, prefix + ".final_layer_norm")
+        self.fc1 = _Linear(be, ck, prefix + ".fc1")
+        self.fc2 = _Linear(be, ck, prefix + ".fc2")
+
+
+class Scratch:
+    """Activation buffers reused across calls, allocated at their largest size once.
+
+    Calls take row-slices `[:n]` of them, so a decode step of one token and a prompt of four
+    use the same memory and the hot loop never allocates."""
+
+    def __init__(self, be):
+        self.be = be
+        self.bufs = {}
+
+    def get(self, name, rows, cols, dtype=np.float32):
+        b = self.bufs.get(name)
+        if b is None or b.shape[0] < rows or b.shape[1] != cols or b.dtype != dtype:
+            b = self.bufs[name] = self.be.empty((rows, cols), dtype)
+        return b[:rows]
+
+
+class DecoderState:
+    """What the decoder remembers within one 30 s window.
+
+    `self_k/self_v`: per layer, the keys and values of every token decoded so far (fixed capacity
+    n_text_ctx, written at position `length`, so a step has one shape). `cross_k/cross_v`: per
+    layer, the encoder states projected by the cross-attention's key and value weights — the
+    encoder does not change while the window is decoded, so these are computed ONCE here rather
+    than recomputed for every token (that would be 2 · 1500 · d² multiply-adds per layer per token).
+    """
+
+    def __init__(self, model, enc):
+        be, d = model.be, model.dims
+        n_ctx, width = d.n_text_ctx, d.n_text_state
+        self.length = 0
+        self.self_k = [be.empty((n_ctx, width), np.float32) for _ in model.dec_blocks]
+        self.self_v = [be.empty((n_ctx, width), np.float32) for _ in model.dec_blocks]
+        self.cross_k, self.cross_v = [], []
+        for blk in model.dec_blocks:
+            k = be.empty((enc.shape[0], width), np.float32)
+            v = be.empty((enc.shape[0], width), np.float32)
+            blk.cross.k(be, enc, k)
+            blk.cross.v(be, enc, v)
+            self.cross_k.append(k)
+            self.cross_v.append(v)
+
+
+class Whisper:
+    """A Whisper model's weights on a backend, with `encode` and `decode`."""
+
+    def __init__(self, ck: Checkpoint, be):
+        self.be, self.dims = be, ck.dims
+        d = ck.dims
+        self.conv1_w = be.upload(_host(ck["model.encoder.conv1.weight"]))
+        self.conv1_b = be.upload(_host(ck["model.encoder.conv1.bias"]))
+        self.conv2_w = be.upload(_host(ck["model.encoder.conv2.weight"]))
+        self.conv2_b = be.upload(_host(ck["model.encoder.conv2.bias"]))
+        self.enc_pos = be.upload(_host(ck["model.encoder.embed_positions.weight"]))
+        self.enc_blocks = [_Block(be, ck, f"model.encoder.layers.{i}", cross=False) for i in range(d.n_audio_layer)]
+        self.enc_ln = _LayerNorm(be, ck, "model.encoder.layer_norm")
+        emb = ck["model.decoder.embed_tokens.weight"]
+        # The token embedding is also the output projection (Whisper ties them); it stays in the
+        # checkpoint's precision: at f16 that halves the bytes the last GEMV of every step reads.
+        self.tok_emb = be.upload(_host(emb, emb.dtype))
+        self.dec_pos = be.upload(_host(ck["model.decoder.embed_positions.weight"]))
+        self.dec_blocks = [_Block(be, ck, f"model.decoder.layers.{i}", cross=True) for i in range(d.n_text_layer)]
+        self.dec_ln = _LayerNorm(be, ck, "model.decoder.layer_norm")
+        self.scratch = Scratch(be)
+
+    # ---------------------------------------------------------------- encoder
+    def encode(self, mel):
+        """mel: (2·n_audio_ctx, n_mels) float32, time-major (host or device) → encoder states
+        (n_audio_ctx, n_audio_state) on the device."""
+        be, d, s = self.be, self.dims, self.scratch
+        n_frames, width = 2 * d.n_audio_ctx, d.n_audio_state
+        if tuple(mel.shape) != (n_frames, d.n_mels):
+            raise ValueError(f"encode expects a ({n_frames}, {d.n_mels}) log-mel, got {tuple(mel.shape)}")
+        mel = be.upload(np.require(mel, np.float32, ["C", "A"])) if isinstance(mel, np.ndarray) else mel
+        c1 = s.get("conv1", n_frames, width)
+        K.conv1d(be, mel, self.conv1_w, self.conv1_b, c1, 1)
+        K.gelu(be, c1, c1)
+        n = d.n_audio_ctx
+        x = be.empty((n, width), np.float32)  # returned to the caller: not a scratch buffer
+        K.conv1d(be, c1, self.conv2_w, self.conv2_b, x, 2)
+        K.gelu(be, x, x)
+        K.add_rows(be, x, self.enc_pos, 0)
+        for blk in self.enc_blocks:
+            self._self_attention(blk, x, n, None)
+            self._mlp(blk, x, n)
+        self.enc_ln(be, x, x)
+        return x
+
+    # ---------------------------------------------------------------- decoder
+    def new_state(self, enc):
+        """A fresh decoder state for one window: empty KV cache, cross K/V from `enc`."""
+        return DecoderState(self, enc)
+
+    def decode(self, state, ids):
+        """Run tokens `ids` (int32 device or host array, n ≥ 1) at positions state.length… and
+        return their logits (n, n_vocab) on the device; the KV cache grows by n."""
+        be, d, s = self.be, self.dims, self.scratch
+        ids = be.upload(np.asarray(ids, np.int32)) if isinstance(ids, (list, tuple, np.ndarray)) else ids
+        n, width, pos = ids.shape[0], d.n_text_state, state.length
+        if pos + n > d.n_text_ctx:
+            raise ValueError(f"decoder context is {d.n_text_ctx} tokens; {pos} + {n} do not fit")
+        x = s.get("dx", n, width)
+        K.embed(be, self.tok_emb, ids, x)
+        K.add_rows(be, x, self.dec_pos, pos)
+        for i, blk in enumerate(self.dec_blocks):
+            self._self_attention(blk, x, n, (state, i))
+            self._cross_attention(blk, x, n, state, i)
+            self._mlp(blk, x, n)
+        h = s.get("dh", n, width)
+        self.dec_ln(be, x, h)
+        logits = s.get("logits", n, d.n_vocab)
+        K.logits(be, h, self.tok_emb, logits)
+        state.length = pos + n
+        return logits
+
+    # ---------------------------------------------------------------- the three sublayers
+    def _self_attention(self, blk, x, n, cache):
+        """x += out_proj(attention(LN(x))). Encoder: non-causal over its own n rows. Decoder
+        (`cache` = (state, layer)): this call's keys/values are appended to the layer's KV
+        cache, and query i attends to every cached key up to its own position."""
+        be, s, width = self.be, self.scratch, x.shape[1]
+        heads = self.dims.n_text_head if cache else self.dims.n_audio_head
+        h = blk.attn_ln(be, x, s.get("h", n, width))
+        q = blk.attn.q(be, h, s.get("q", n, width))
+        if cache is None:
+            k = blk.attn.k(be, h, s.get("k", n, width))
+            v = blk.attn.v(be, h, s.get("v", n, width))
+            a = s.get("a", n, width)
+            K.attention(be, q, k, v, a, heads)
+        else:
+            state, i = cache
+            pos = state.length
+            k = blk.attn.k(be, h, s.get("k", n, width))
+            v = blk.attn.v(be, h, s.get("v", n, width))
+            K.kv_write(be, state.self_k[i], pos, k)
+            K.kv_write(be, state.self_v[i], pos, v)
+            a = s.get("a", n, width)
+            K.attention(be, q, state.self_k[i][:pos + n], state.self_v[i][:pos + n], a, heads,
+                        causal=True, q_offset=pos)
+        o = blk.attn.out(be, a, s.get("o", n, width))
+        K.add(be, x, o, x)
+
+    def _cross_attention(self, blk, x, n, state, i):
+        be, s, width = self.be, self.scratch, x.shape[1]
+        h = blk.cross_ln(be, x, s.get("h", n, width))
+        q = blk.cross.q(be, h, s.get("q", n, width))
+        a = s.get("a", n, width)
+        K.attention(be, q, state.cross_k[i], state.cross_v[i], a, self.dims.n_text_head)
+        o = blk.cross.out(be, a, s.get("o", n, width))
+        K.add(be, x, o, x)
+
+    def _mlp(self, blk, x, n):
+        be, s, width = self.be, self.scratch, x.shape[1]
+        h = blk.mlp_ln(be, x, s.get("h", n, width))
+        f = blk.fc1(be, h, s.get("f", n, blk.fc1.n_out))
+        K.gelu(be, f, f)
+        o = blk.fc2(be, f, s.get("o", n, width))
+        K.add(be, x, o, x)
