@@ -26,8 +26,10 @@ class CheckpointError(ValueError):
 
     def __init__(self, path, problem):
         self.path = str(path)
-        self.problem = problem
-        super().__init__(f"{self.path}: {problem}")
+        # Names and strings quoted from a hostile file may hold control characters: escape
+        # them, so the message stays one printable line.
+        self.problem = "".join(c if c.isprintable() else repr(c)[1:-1] for c in problem)
+        super().__init__(f"{self.path}: {self.problem}")
 
 
 # Limits that no real Whisper exceeds by far; a header claiming more is lying, and we refuse it

@@ -154,7 +154,7 @@ def dequantize(ttype, raw):
 
 
 def _nbytes(path, name, ttype, ne, qntvr):
-    """Bytes a tensor of this type and shape occupies; refuses types nobody can read."""
+    """Bytes a tensor of this type and shape occupies; refuses the types this reader cannot decode."""
     count = 1
     for n in ne:
         count *= n
@@ -165,7 +165,7 @@ def _nbytes(path, name, ttype, ne, qntvr):
     if ttype in _BLOCK_BYTES:
         if qntvr != QNT_VERSION:
             raise CheckpointError(path, f"tensor {name} is {TYPE_NAMES[ttype]} of quantisation version "
-                                        f"{qntvr}; only version {QNT_VERSION} (whisper.cpp since mid-2023) is read")
+                                        f"{qntvr}; only version {QNT_VERSION}, ggml's current block layout, is read")
         if ne[0] % QK:
             raise CheckpointError(path, f"tensor {name}: row length {ne[0]} is not a multiple of the "
                                         f"{QK}-weight {TYPE_NAMES[ttype]} block")
