@@ -16,12 +16,19 @@ NUMBA_ENABLE_CUDASIM=1 (set before numba is imported) it runs on Numba's CUDA si
 
 import importlib.util
 import math
+import os
 
 import numpy as np
 
 from nwhisper.kernels import _compile
 from nwhisper.kernels.elementwise import fill_elem
 from nwhisper.kernels.matmul import linear_elem
+
+# Numba's OpenMP workers spin after each parallel loop by default; with few cores the spinning takes
+# them from the BLAS threads of the next GEMM and the other way round (2 cores, measured: a one-row
+# layernorm right after a GEMM took 4-5 ms instead of 0.05 ms). Read when Numba first loads its
+# OpenMP layer, so this must run before the first parallel launch; a user's setting wins.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
 class Backend:

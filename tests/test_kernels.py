@@ -7,6 +7,8 @@ also checked against the portable bodies they stand in for.
 """
 
 import math
+import os
+import subprocess
 import sys
 
 import numpy as np
@@ -184,17 +186,19 @@ ATTENTION_CASES = [  # nq, nk, n_head, causal, q_offset
 
 
 @pytest.mark.parametrize("nq,nk,n_head,causal,q_offset", ATTENTION_CASES)
-@pytest.mark.parametrize("path", ["auto", "portable", "blas"])
-def test_attention(be, rng, monkeypatch, nq, nk, n_head, causal, q_offset, path):
-    if path != "auto":
-        monkeypatch.setattr(attention_mod, "BLAS_MIN_SCORES", 0 if path == "blas" else 10**12)
+def test_attention(be, rng, nq, nk, n_head, causal, q_offset):
     d = 16 * n_head
     q, k, v = rand(rng, nq, d), rand(rng, nk, d), rand(rng, nk, d)
     out = be.empty((nq, d))
     p = K.attention(be, q, k, v, out, n_head, causal=causal, q_offset=q_offset)
     want_out, want_p = ref_attention(q, k, v, n_head, causal, q_offset)
-    check(f"attention {path} out", out, want_out)
-    check(f"attention {path} probabilities", p, want_p)
+    check("attention out", out, want_out)
+    check("attention probabilities", p, want_p)
+    # The CPU's BLAS fast path against the portable bodies (the CUDA path).
+    out_portable, p_portable = be.empty((nq, d)), be.empty((n_head, nq, nk))
+    attention_mod.attention_portable(be, q, k, v, out_portable, p_portable, causal, q_offset)
+    check("attention portable vs BLAS, out", out_portable, out)
+    check("attention portable vs BLAS, probabilities", p_portable, p)
 
 
 def test_attention_over_a_cache_prefix(be, rng):
@@ -337,3 +341,16 @@ def test_cuda_unusable_is_a_sentence():
     with pytest.raises(RuntimeError, match="CUDA backend cannot run"):
         backend.get("cuda")
     assert isinstance(backend.get("auto"), backend.CpuBackend)
+
+
+def test_cpu_path_never_imports_numba_cuda():
+    code = ("import sys, numpy as np\n"
+            "from nwhisper import backend, kernels as K\n"
+            "be = backend.get('cpu'); x = np.ones((2, 4), np.float32); K.gelu(be, x, x)\n"
+            "print(sorted(m for m in sys.modules if m.startswith('numba.cuda')))\n")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, PYTHONPATH=root)
+    env.pop("NUMBA_ENABLE_CUDASIM", None)
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         check=True).stdout
+    assert out.strip() == "[]", f"the CPU path imported {out.strip()}"

@@ -11,8 +11,8 @@ Causal: query q sees keys j <= q + q_offset (q_offset = tokens already in the KV
 scores are never computed nor read. The probabilities stay in a scratch buffer and are returned
 (word timestamps read the cross-attention weights of some heads).
 
-On the CPU, the scores and values products of big blocks run on BLAS per head instead (the same
-softmax body in between); tests hold that fast path to the portable one.
+On the CPU, the scores and values products run on BLAS per head instead (the same softmax body in
+between); tests hold that fast path to the portable one.
 """
 
 import math
@@ -21,11 +21,6 @@ import numpy as np
 
 from nwhisper.kernels._compile import kernel
 from nwhisper.kernels.reduce import softmax_row
-
-# CPU: use BLAS per head when a head's score block has at least this many entries (queries x keys);
-# below it (the one-token decoder step) the three portable launches are faster. bench/kernels.py.
-BLAS_MIN_SCORES = 4096
-
 
 @kernel
 def attn_scores_elem(i, q, k, s, nq, nk, hd, causal, q_offset):
@@ -72,22 +67,35 @@ def attention(be, q, k, v, out, n_head, causal=False, q_offset=0):
     as kcache[:L]). Returns p (H, nq, nk) f32: a view of the backend's scratch, valid until the
     next attention call on that backend.
     """
-    nq, width = q.shape
-    nk = k.shape[0]
-    hd = width // n_head
-    scale = np.float32(1.0 / math.sqrt(hd))
-    p = be.scratch("attention.p", (n_head, nq, nk))
-    rows = p.reshape(n_head * nq, nk)
-    if be.name == "cpu" and nq * nk >= BLAS_MIN_SCORES:
-        for h in range(n_head):
-            cols = slice(h * hd, (h + 1) * hd)
-            np.matmul(q[:, cols], k[:, cols].T, out=p[h])
-        be.launch(softmax_row, n_head * nq, rows, nk, scale, nq, causal, q_offset)
-        for h in range(n_head):
-            cols = slice(h * hd, (h + 1) * hd)
-            np.matmul(p[h], v[:, cols], out=out[:, cols])
-        return p
-    be.launch(attn_scores_elem, n_head * nq * nk, q, k, p, nq, nk, hd, causal, q_offset)
-    be.launch(softmax_row, n_head * nq, rows, nk, scale, nq, causal, q_offset)
-    be.launch(attn_values_elem, nq * width, p, v, out, nq, nk, width, hd, causal, q_offset)
+    p = be.scratch("attention.p", (n_head, q.shape[0], k.shape[0]))
+    (attention_blas if be.name == "cpu" else attention_portable)(be, q, k, v, out, p, causal, q_offset)
     return p
+
+
+def attention_portable(be, q, k, v, out, p, causal, q_offset):
+    """The three portable launches; p (H, nq, nk) is the scratch for the probabilities."""
+    n_head, nq, nk = p.shape
+    width = q.shape[1]
+    hd = width // n_head
+    be.launch(attn_scores_elem, n_head * nq * nk, q, k, p, nq, nk, hd, causal, q_offset)
+    be.launch(softmax_row, n_head * nq, p.reshape(n_head * nq, nk), nk, _scale(hd), nq, causal,
+              q_offset)
+    be.launch(attn_values_elem, nq * width, p, v, out, nq, nk, width, hd, causal, q_offset)
+
+
+def attention_blas(be, q, k, v, out, p, causal, q_offset):
+    """CPU fast path: scores and values as BLAS products per head (NumPy arrays only); measured
+    faster than the portable launches from the one-token decoder step up (bench/kernels.py)."""
+    n_head, nq, nk = p.shape
+    hd = q.shape[1] // n_head
+    heads = [slice(h * hd, (h + 1) * hd) for h in range(n_head)]
+    for h, cols in enumerate(heads):
+        np.matmul(q[:, cols], k[:, cols].T, out=p[h])
+    be.launch(softmax_row, n_head * nq, p.reshape(n_head * nq, nk), nk, _scale(hd), nq, causal,
+              q_offset)
+    for h, cols in enumerate(heads):
+        np.matmul(p[h], v[:, cols], out=out[:, cols])
+
+
+def _scale(hd):
+    return np.float32(1.0 / math.sqrt(hd))
