@@ -236,43 +236,68 @@ def read_ct2(directory, parts=None, meta_dir=None):
             v.setdefault(a, v[target])
     tensors = to_hf(name, v)
     dims = dims_from_tensors(name, tensors, _scalar(v, "encoder/num_heads", 0), _scalar(v, "decoder/num_heads", 0))
-    config = _read_json(os.path.join(meta_dir, "config.json"))
+    cfg_path = os.path.join(meta_dir, "config.json")
+    config = _read_json(cfg_path)
     tok = os.path.join(meta_dir, "tokenizer.json")
     ck = Checkpoint(
         dims=dims, tensors=tensors, path=directory, container="ct2",
         tokenizer_json=tok if os.path.isfile(tok) else None,
         vocab_bytes=None if os.path.isfile(tok) else _read_vocabulary(meta_dir),
-        suppress_ids=config.get("suppress_ids"),
-        suppress_ids_begin=config.get("suppress_ids_begin"),
-        alignment_heads=[tuple(h) for h in config["alignment_heads"]] if config.get("alignment_heads") else None,
-        lang_ids=config.get("lang_ids"),
+        suppress_ids=_ids(cfg_path, config, "suppress_ids"),
+        suppress_ids_begin=_ids(cfg_path, config, "suppress_ids_begin"),
+        alignment_heads=_heads(cfg_path, config),
+        lang_ids=_ids(cfg_path, config, "lang_ids"),
         _keepalive=maps,
     )
     return validate(ck)
 
 
-def _read_json(path):
+def _read_json(path, kind=dict):
     if not os.path.isfile(path):
-        return {}
+        return kind()
     try:
         with open(path, encoding="utf-8") as f:
             out = json.load(f)
     except (ValueError, UnicodeDecodeError) as e:
         raise CheckpointError(path, f"not valid JSON: {e}") from None
-    if not isinstance(out, dict):
-        raise CheckpointError(path, "expected a JSON object")
+    if not isinstance(out, kind):
+        raise CheckpointError(path, f"expected a JSON {'object' if kind is dict else 'list'}")
     return out
+
+
+def _ids(path, config, key):
+    """A list of token ids from config.json, or None; anything else is named as wrong."""
+    v = config.get(key)
+    if v is None:
+        return None
+    if not isinstance(v, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in v):
+        raise CheckpointError(path, f"{key} must be a list of token ids")
+    return v
+
+
+def _heads(path, config):
+    v = config.get("alignment_heads")
+    if not v:
+        return None
+    if not isinstance(v, list) or not all(isinstance(h, list) and len(h) == 2 and
+                                          all(isinstance(i, int) for i in h) for h in v):
+        raise CheckpointError(path, "alignment_heads must be a list of [layer, head] pairs")
+    return [tuple(h) for h in v]
 
 
 def _read_vocabulary(d):
     """vocabulary.json (a list) or vocabulary.txt (a line each) → raw token bytes, in id order."""
     pj, pt = os.path.join(d, "vocabulary.json"), os.path.join(d, "vocabulary.txt")
     if os.path.isfile(pj):
-        with open(pj, encoding="utf-8") as f:
-            words = json.load(f)
+        words = _read_json(pj, list)
+        if not all(isinstance(w, str) for w in words):
+            raise CheckpointError(pj, "expected a JSON list of token strings")
     elif os.path.isfile(pt):
-        with open(pt, encoding="utf-8") as f:
-            words = f.read().split("\n")
+        try:
+            with open(pt, encoding="utf-8") as f:
+                words = f.read().split("\n")
+        except UnicodeDecodeError:
+            raise CheckpointError(pt, "not UTF-8 text") from None
             if words and words[-1] == "":
                 words.pop()
     else:
