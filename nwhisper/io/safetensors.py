@@ -331,6 +331,7 @@ def write_hf(ck, directory):
         "suppress_tokens": ck.suppress_ids or [],
         "begin_suppress_tokens": ck.suppress_ids_begin or [],
         "return_timestamps": False,
+        "max_initial_timestamp_index": 50,   # openai-whisper's max_initial_timestamp 1.0 s / 0.02 s
     }
     if ck.alignment_heads:
         gen["alignment_heads"] = [list(h) for h in ck.alignment_heads]
