@@ -22,7 +22,6 @@ import numpy as np
 
 from nwhisper.kernels import _compile
 from nwhisper.kernels.elementwise import fill_elem
-from nwhisper.kernels.matmul import linear_elem
 
 # Numba's OpenMP workers spin after each parallel loop by default; with few cores the spinning takes
 # them from the BLAS threads of the next GEMM and the other way round (2 cores, measured: a one-row
@@ -133,6 +132,8 @@ class CudaBackend(Backend):
         if self.simulator:
             self.threads_per_block = 32  # the simulator runs one Python thread per CUDA thread
         super().__init__("cuda")
+        from nwhisper.kernels import _gemm_cuda
+        self._gemm = _gemm_cuda
         self._no_bias = self.empty((0,), np.float32)
 
     def _memory_error(self, nbytes, err):
@@ -177,10 +178,9 @@ class CudaBackend(Backend):
         return self.upload(a)
 
     def gemm(self, x, w, out, bias=None):
-        """out[n, o] = x[n, i] @ w[o, i].T (+ bias[o]): the portable body, one thread per output."""
-        n, n_in = x.shape
-        self.launch(linear_elem, n * w.shape[0], x, w, self._no_bias if bias is None else bias,
-                    out, n, n_in)
+        """out[n, o] = x[n, i] @ w[o, i].T (+ bias[o]): a tiled GEMM, or a GEMV for a few rows
+        (kernels/_gemm_cuda.py; the portable body matmul.linear_elem is their reference)."""
+        self._gemm.launch(x, w, self._no_bias if bias is None else bias, out)
 
     def launch(self, kernel, count, *args):
         """Run body `kernel(i, *args)` for i in range(count), one CUDA thread each."""

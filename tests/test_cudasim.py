@@ -45,7 +45,7 @@ def test_every_op_matches_cpu_under_the_simulator(simulated):
     assert proc.returncode == 0 and not report["failed"], (
         f"cases differing from the CPU backend: {report['failed']}\n{proc.stdout}\n{proc.stderr[-3000:]}")
     worst = max(report["cases"].values())
-    assert worst <= 2e-6, f"max relative |Δ| {worst:.3g}"
+    assert worst <= 5e-6, f"max relative |Δ| {worst:.3g}"
 
 
 def test_every_body_runs_under_the_simulator(simulated):
