@@ -127,7 +127,9 @@ class CudaBackend(Backend):
 
     def __init__(self):
         from numba import config, cuda  # here, not at the top: the CPU path never imports it
+        from numba.cuda.cudadrv.driver import CudaAPIError
         self._cuda = cuda
+        self._api_error = CudaAPIError
         self.simulator = bool(config.ENABLE_CUDASIM)
         if self.simulator:
             self.threads_per_block = 32  # the simulator runs one Python thread per CUDA thread
@@ -144,10 +146,9 @@ class CudaBackend(Backend):
                            f"{free / 2**20:.0f} MiB free of {total / 2**20:.0f} MiB ({err})")
 
     def _alloc(self, make, nbytes):
-        from numba.cuda.cudadrv.driver import CudaAPIError
         try:
             return make()
-        except CudaAPIError as e:
+        except self._api_error as e:
             if "OUT_OF_MEMORY" in str(e) or "OUT_OF_MEMORY" in str(getattr(e, "code", "")):
                 raise self._memory_error(nbytes, e) from e
             raise

@@ -22,6 +22,7 @@ import numpy as np
 from nwhisper.kernels._compile import kernel
 from nwhisper.kernels.reduce import softmax_row
 
+
 @kernel
 def attn_scores_elem(i, q, k, s, nq, nk, hd, causal, q_offset):
     """s[h, qi, j] = q[qi, h*hd:(h+1)*hd] . k[j, h*hd:(h+1)*hd], i = (h * nq + qi) * nk + j.
@@ -68,7 +69,8 @@ def attention(be, q, k, v, out, n_head, causal=False, q_offset=0):
     next attention call on that backend.
     """
     p = be.scratch("attention.p", (n_head, q.shape[0], k.shape[0]))
-    (attention_blas if be.name == "cpu" else attention_portable)(be, q, k, v, out, p, causal, q_offset)
+    path = attention_blas if be.name == "cpu" else attention_portable
+    path(be, q, k, v, out, p, causal, q_offset)
     return p
 
 
@@ -78,8 +80,7 @@ def attention_portable(be, q, k, v, out, p, causal, q_offset):
     width = q.shape[1]
     hd = width // n_head
     be.launch(attn_scores_elem, n_head * nq * nk, q, k, p, nq, nk, hd, causal, q_offset)
-    be.launch(softmax_row, n_head * nq, p.reshape(n_head * nq, nk), nk, _scale(hd), nq, causal,
-              q_offset)
+    _softmax(be, p, hd, causal, q_offset)
     be.launch(attn_values_elem, nq * width, p, v, out, nq, nk, width, hd, causal, q_offset)
 
 
@@ -91,11 +92,13 @@ def attention_blas(be, q, k, v, out, p, causal, q_offset):
     heads = [slice(h * hd, (h + 1) * hd) for h in range(n_head)]
     for h, cols in enumerate(heads):
         np.matmul(q[:, cols], k[:, cols].T, out=p[h])
-    be.launch(softmax_row, n_head * nq, p.reshape(n_head * nq, nk), nk, _scale(hd), nq, causal,
-              q_offset)
+    _softmax(be, p, hd, causal, q_offset)
     for h, cols in enumerate(heads):
         np.matmul(p[h], v[:, cols], out=out[:, cols])
 
 
-def _scale(hd):
-    return np.float32(1.0 / math.sqrt(hd))
+def _softmax(be, p, hd, causal, q_offset):
+    """p = softmax(p / sqrt(hd)) along keys, masked; p (H, nq, nk) raw scores."""
+    n_head, nq, nk = p.shape
+    be.launch(softmax_row, n_head * nq, p.reshape(n_head * nq, nk), nk,
+              np.float32(1.0 / math.sqrt(hd)), nq, causal, q_offset)
