@@ -304,10 +304,15 @@ def test_scratch_is_reused_and_grows(be):
 
 # --- machinery ---
 
+# Read at collection, before any backend exists: making one rewrites a stale file (with a warning),
+# which would hide that the committed file is stale (an installed, read-only package cannot heal).
+FRESH_AT_COLLECTION = {t: _compile.is_fresh(t) for t in ("cpu", "cuda")}
+
+
 def test_launchers_are_fresh():
-    for target in ("cpu", "cuda"):
-        assert _compile.is_fresh(target), (
-            f"{_compile.path(target)} is stale: run `python -m nwhisper.kernels` and commit it")
+    for target, fresh in FRESH_AT_COLLECTION.items():
+        assert fresh, (f"{_compile.path(target)} did not match the kernel bodies: run "
+                       "`python -m nwhisper.kernels` and commit it")
 
 
 def test_cpu_bodies_compute_in_float32():
@@ -358,3 +363,32 @@ def test_cpu_path_never_imports_numba_cuda():
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                          check=True).stdout
     assert out.strip() == "[]", f"the CPU path imported {out.strip()}"
+
+
+def test_an_edited_body_is_not_served_from_a_stale_cache(tmp_path):
+    """Numba's cache of a launcher keys on the launcher's file, not on the body it inlines: edit a
+    body in a copy of the package and the launcher file must be rewritten and the edit must run."""
+    import shutil
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    shutil.copytree(os.path.join(root, "nwhisper"), tmp_path / "nwhisper",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    code = ("import numpy as np\n"
+            "from nwhisper import backend, kernels as K\n"
+            "x = np.ones((2, 4), np.float32)\n"
+            "K.scale(backend.get('cpu'), x, 3.0)\n"
+            "print(x[0, 0])\n")
+    env = dict(os.environ, PYTHONPATH=str(tmp_path), NUMBA_CACHE_DIR=str(tmp_path / "cache"))
+
+    def run():
+        proc = subprocess.run([sys.executable, "-c", code], env=env, cwd=tmp_path,
+                              capture_output=True, text=True, check=True)
+        return float(proc.stdout.split()[-1]), proc.stderr
+
+    assert run()[0] == 3.0  # compiles and caches
+    path = tmp_path / "nwhisper" / "kernels" / "elementwise.py"
+    text = path.read_text()
+    assert "    x[i] *= s\n" in text
+    path.write_text(text.replace("    x[i] *= s\n", "    x[i] *= s + s\n"))
+    value, stderr = run()
+    assert value == 6.0, "the edited body did not run: a stale cached launcher was used"
+    assert "rewriting _launch_cpu.py" in stderr
