@@ -2,6 +2,20 @@
 
 The model calls the ops below; each is a line or two over `be.launch` / `be.gemm` of a backend
 from `nwhisper.backend`. Shapes are in each op's docstring; activations are float32.
+
+    norm.py         layernorm                  activation.py   gelu (erf form)
+    reduce.py       softmax_rows, argmax       elementwise.py  add, scale, fill, kv_write,
+    conv.py         conv1d (im2col + GEMM)                     to_f32, add_rows, embed
+    matmul.py       linear, logits (GEMM)      attention.py    attention (returns the weights)
+
+A kernel body is a function decorated with `@kernel` in one of those modules (see _compile.py for
+how it becomes a CPU and a CUDA launcher; `python -m nwhisper.kernels` rewrites the generated
+_launch_cpu.py / _launch_cuda.py). Fast paths stand beside the portable bodies and are tested
+against them: BLAS for GEMMs and attention on the CPU (in the ops and CpuBackend.gemm), and
+_gemm_cuda.py's tiled GEMM / GEMV on CUDA.
+
+`from nwhisper.kernels import attention` gives the op, not the module: import other names from
+`nwhisper.kernels.attention` directly.
 """
 
 from nwhisper.kernels.activation import gelu
