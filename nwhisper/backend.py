@@ -22,6 +22,7 @@ import numpy as np
 
 from nwhisper.kernels import _compile
 from nwhisper.kernels.elementwise import fill_elem
+from nwhisper.kernels.reduce import softmax_row
 
 # Numba's OpenMP workers spin after each parallel loop by default; with few cores the spinning takes
 # them from the BLAS threads of the next GEMM and the other way round (2 cores, measured: a one-row
@@ -63,6 +64,12 @@ class Backend:
             grown = size if buf is None else max(size, 2 * buf.size)
             buf = self._scratch[key] = self.empty((max(grown, 1),), dtype)
         return buf[:size].reshape(shape)
+
+    def softmax_rows(self, x, scale=1.0, nq=1, causal=False, q_offset=0):
+        """x = softmax(scale * x) along rows, in place, masked as reduce.softmax_row says;
+        x (rows, n) f32. The portable body; a backend may run a faster equivalent."""
+        self.launch(softmax_row, x.shape[0], x, x.shape[1], np.float32(scale), nq, causal,
+                    q_offset)
 
 
 class CpuBackend(Backend):
@@ -134,8 +141,8 @@ class CudaBackend(Backend):
         if self.simulator:
             self.threads_per_block = 32  # the simulator runs one Python thread per CUDA thread
         super().__init__("cuda")
-        from nwhisper.kernels import _gemm_cuda
-        self._gemm = _gemm_cuda
+        from nwhisper.kernels import _cuda_fast
+        self._fast = _cuda_fast
         self._no_bias = self.empty((0,), np.float32)
 
     def _memory_error(self, nbytes, err):
@@ -180,8 +187,12 @@ class CudaBackend(Backend):
 
     def gemm(self, x, w, out, bias=None):
         """out[n, o] = x[n, i] @ w[o, i].T (+ bias[o]): a tiled GEMM, or a GEMV for a few rows
-        (kernels/_gemm_cuda.py; the portable body matmul.linear_elem is their reference)."""
-        self._gemm.launch(x, w, self._no_bias if bias is None else bias, out)
+        (kernels/_cuda_fast.py; the portable body matmul.linear_elem is their reference)."""
+        self._fast.gemm(x, w, self._no_bias if bias is None else bias, out)
+
+    def softmax_rows(self, x, scale=1.0, nq=1, causal=False, q_offset=0):
+        """As Backend.softmax_rows, one block of threads per row (kernels/_cuda_fast.py)."""
+        self._fast.softmax(x, np.float32(scale), nq, causal, q_offset)
 
     def launch(self, kernel, count, *args):
         """Run body `kernel(i, *args)` for i in range(count), one CUDA thread each."""

@@ -28,6 +28,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from nwhisper import backend  # noqa: E402
 from nwhisper import kernels as K  # noqa: E402
 from nwhisper.kernels.matmul import linear_elem  # noqa: E402
+from nwhisper.kernels.reduce import softmax_row  # noqa: E402
 
 TOL = 5e-6  # relative: f32 on both sides, only the summation order differs (the CPU reassociates)
 
@@ -60,6 +61,15 @@ def softmax_argmax(be, x):
     K.argmax(be, d, ids)
     K.softmax_rows(be, d)
     return [be.download(ids), be.download(d)]
+
+
+def softmax_portable(be, x, scale, nq, causal, q_offset):
+    """The portable body, for the fast path's sake (CudaBackend.softmax_rows runs _cuda_fast)."""
+    d = be.upload(x.copy())
+    be.launch(softmax_row, x.shape[0], d, x.shape[1], np.float32(scale), nq, causal, q_offset)
+    out = be.download(d)
+    be.softmax_rows(d, scale, nq, causal, q_offset)
+    return [out, be.download(d)]
 
 
 def elementwise(be, a, b, table):
@@ -126,6 +136,7 @@ CASES = [
     ("layernorm", layernorm, (rand(6, 32) * 3 + 1, rand(32), rand(32))),
     ("gelu", gelu, (rand(5, 16) * 3,)),
     ("softmax_argmax", softmax_argmax, (np.array([[1, 3, 3, 0], [-50, -40, -45, -40]], np.float32),)),
+    ("softmax_causal_portable", softmax_portable, (rand(6, 300) * 5, 0.3, 3, True, 2)),
     ("elementwise", elementwise, (rand(4, 8), rand(4, 8), rand(7, 8))),
     ("elementwise_f16_table", elementwise, (rand(4, 8), rand(4, 8), rand(7, 8, dtype=np.float16))),
     ("embed_f32", embed, (rand(10, 8), np.array([3, 0, 9], np.int32))),
@@ -203,7 +214,7 @@ def compile_ptx(signatures_path):
     from numba import cuda, types
     from numba.np.numpy_support import from_dtype
 
-    from nwhisper.kernels import _compile, _gemm_cuda
+    from nwhisper.kernels import _compile, _cuda_fast
 
     def numba_type(d):
         if d[0] == "array":
@@ -222,10 +233,12 @@ def compile_ptx(signatures_path):
     vec = types.Array(types.float32, 1, "C")
     for wtype in (types.float32, types.float16):
         w = types.Array(wtype, 2, "C")
-        jobs.append((f"gemm_tiled({wtype})", _gemm_cuda.gemm_tiled.py_func,
+        jobs.append((f"gemm_tiled({wtype})", _cuda_fast.gemm_tiled.py_func,
                      (f32, w, vec, f32, types.int64, types.int64, types.int64), False))
-        jobs.append((f"gemv({wtype})", _gemm_cuda.gemv.py_func,
+        jobs.append((f"gemv({wtype})", _cuda_fast.gemv.py_func,
                      (f32, w, vec, f32, types.int64, types.int64), False))
+    jobs.append(("softmax_rows", _cuda_fast.softmax_rows.py_func,
+                 (f32, types.int64, types.float32, types.int64, types.boolean, types.int64), False))
     report = {"compiled": 0, "f64": [], "errors": {},
               "unexercised": sorted(set(bodies) - set(signatures))}
     for label, fn, argtypes, device in jobs:

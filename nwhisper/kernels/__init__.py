@@ -12,7 +12,7 @@ A kernel body is a function decorated with `@kernel` in one of those modules (se
 how it becomes a CPU and a CUDA launcher; `python -m nwhisper.kernels` rewrites the generated
 _launch_cpu.py / _launch_cuda.py). Fast paths stand beside the portable bodies and are tested
 against them: BLAS for GEMMs and attention on the CPU (in the ops and CpuBackend.gemm), and
-_gemm_cuda.py's tiled GEMM / GEMV on CUDA.
+_cuda_fast.py's tiled GEMM, GEMV and block-per-row softmax on CUDA.
 
 `from nwhisper.kernels import attention` gives the op, not the module: import other names from
 `nwhisper.kernels.attention` directly.

@@ -5,6 +5,7 @@ read neighbouring memory or share a row):
 
     scores  s[h, q, j] = q[q, h] . k[j, h]                 one item per (head, query, key)
     softmax p[h, q, :] = softmax(s[h, q, :] / sqrt(hd))    one item per (head, query) row
+                                                           (be.softmax_rows: reduce.softmax_row)
     values  out[q, h*hd + c] = sum_j p[h, q, j] v[j, h*hd + c]   one item per output element
 
 Causal: query q sees keys j <= q + q_offset (q_offset = tokens already in the KV cache); masked
@@ -20,8 +21,6 @@ import math
 import numpy as np
 
 from nwhisper.kernels._compile import kernel
-from nwhisper.kernels.reduce import softmax_row
-
 
 @kernel
 def attn_scores_elem(i, q, k, s, nq, nk, hd, causal, q_offset):
@@ -100,5 +99,4 @@ def attention_blas(be, q, k, v, out, p, causal, q_offset):
 def _softmax(be, p, hd, causal, q_offset):
     """p = softmax(p / sqrt(hd)) along keys, masked; p (H, nq, nk) raw scores."""
     n_head, nq, nk = p.shape
-    be.launch(softmax_row, n_head * nq, p.reshape(n_head * nq, nk), nk,
-              np.float32(1.0 / math.sqrt(hd)), nq, causal, q_offset)
+    be.softmax_rows(p.reshape(n_head * nq, nk), 1.0 / math.sqrt(hd), nq, causal, q_offset)
