@@ -2,8 +2,9 @@
 
     python bench/kernels.py [--models tiny,base] [--repeat 20] [--no-compile]
 
-Per op: the median wall time of `repeat` calls after one warm-up call, at the shapes one 30 s window
-gives (encoder: 1500 positions; decoder step: one token over a KV cache; vocabulary 51864).
+Per op: the best wall time of `repeat` calls after one warm-up call (the best, not the median: on a
+shared machine the others measure the neighbours), at the shapes one 30 s window gives (encoder:
+1500 positions; decoder step: one token over a KV cache; vocabulary 51864).
 Attention is timed on both CPU paths (BLAS per head, which K.attention takes on the CPU, and the
 portable bodies, which CUDA runs).
 
@@ -13,6 +14,7 @@ the same directory (warm: everything loads from the cache).
 """
 
 import argparse
+import math
 import os
 import subprocess
 import sys
@@ -36,14 +38,17 @@ N_CTX_TEXT = 448    # decoder context
 N_VOCAB = 51864
 
 
-def timed(fn, repeat):
+def timed(fn, repeat, budget=2.0):
+    """Best of `repeat` calls after a warm-up call; fewer calls when one takes long (`budget` s)."""
+    t = time.perf_counter()
     fn()
-    times = []
+    repeat = max(2, min(repeat, int(budget / (time.perf_counter() - t))))
+    best = math.inf
     for _ in range(repeat):
         t = time.perf_counter()
         fn()
-        times.append(time.perf_counter() - t)
-    return float(np.median(times))
+        best = min(best, time.perf_counter() - t)
+    return best
 
 
 def op_table(be, d, heads, n_mels, repeat):
@@ -143,13 +148,14 @@ def subprocess_seconds(code, cache_dir):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default="tiny,base", help="comma-separated: " + ",".join(MODELS))
-    ap.add_argument("--repeat", type=int, default=20, help="timed calls per op (median reported)")
+    ap.add_argument("--repeat", type=int, default=20, help="timed calls per op (best reported)")
     ap.add_argument("--no-compile", action="store_true", help="skip the cold/warm compile probe")
     args = ap.parse_args()
 
     import numba
     print(f"numba {numba.__version__}, {numba.config.NUMBA_NUM_THREADS} threads, "
-          f"threading layer: {os.environ.get('NUMBA_THREADING_LAYER', 'default')}")
+          f"threading layer: {os.environ.get('NUMBA_THREADING_LAYER', 'default')}, "
+          f"load average {os.getloadavg()[0]:.1f}")
     if not args.no_compile:
         with tempfile.TemporaryDirectory() as cache:
             base = subprocess_seconds(IMPORT_PROBE, cache)

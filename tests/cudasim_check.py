@@ -12,8 +12,8 @@ the argument types of every launch can be saved, and
     python tests/cudasim_check.py --ptx SIGS.json
 
 (without the simulator; needs NVVM, e.g. from `pip install numba-cuda[cu13]`, but no GPU) compiles
-each body with the CUDA compiler for exactly those types, and reports bodies whose PTX uses
-float64 arithmetic.
+each body for exactly those types, and the kernels of _cuda_fast.py, with the CUDA compiler, and
+reports any whose PTX uses float64 arithmetic.
 """
 
 import json
