@@ -338,9 +338,11 @@ def write_hf(ck, directory):
     if d.is_multilingual:
         gen["task_to_id"] = {"translate": ids.get("<|translate|>"), "transcribe": ids.get("<|transcribe|>")}
     # The checkpoint's own language list where it has one (CTranslate2's lang_ids), else every
-    # language token of a multilingual vocabulary.
-    lang_ids = ck.lang_ids or (sorted(langs) if d.is_multilingual else [])
-    if langs and lang_ids:
+    # language token of a multilingual vocabulary. English-only models get none, as in Hugging
+    # Face's own .en configs: with a lang_to_id, transformers treats the model as multilingual
+    # and puts a detected language token into the prompt, which changes the transcript.
+    lang_ids = ck.lang_ids or sorted(langs)
+    if d.is_multilingual and langs and lang_ids:
         gen["lang_to_id"] = {langs[i]: i for i in lang_ids if i in langs}
     preprocessor = {
         "feature_extractor_type": "WhisperFeatureExtractor",
