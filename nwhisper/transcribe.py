@@ -51,6 +51,13 @@ class TranscriptionInfo:
     all_language_probs: dict | None = None
 
 
+def _numbered(segments):
+    """Segment ids count from 1 in the order they are returned (faster-whisper's convention)."""
+    for i, s in enumerate(segments):
+        s.id = i + 1
+    return segments
+
+
 def _pad_window(mel, seek, n_frames):
     """mel[seek : seek+n] zero-padded (in the normalised log-mel domain) to n_frames rows."""
     seg = mel[seek:seek + n_frames]
@@ -98,7 +105,7 @@ class Transcriber:
             segments = self._split(res, 0, 0.0, self.n_frames, [])[0]
         else:
             segments = [self._segment(0, 0, 0.0, duration, res.tokens, res)]
-        return [s for s in segments if s.text.strip()], info
+        return _numbered([s for s in segments if s.text.strip()]), info
 
     def _long_form(self, audio, duration, n_mels, language, task, max_tokens, condition):
         content = len(audio) // M.HOP_LENGTH
@@ -119,11 +126,12 @@ class Transcriber:
                 seek += size            # the model is sure this window holds no speech
                 continue
             new, advance = self._split(res, seek, offset, size, segments)
-            for s in new:
+            new = [s for s in new if s.text.strip() and s.end > s.start]   # empty ones are dropped,
+            for s in new:                                                 # and condition nothing
                 history.extend(s.tokens)
             segments.extend(new)
             seek += advance
-        return [s for s in segments if s.text.strip() and s.end > s.start], info
+        return _numbered(segments), info
 
     def _split(self, res, seek, offset, size, earlier):
         """Cut a window's tokens into segments at consecutive timestamp pairs; return them and
