@@ -1,0 +1,48 @@
+"""A whole random-weight Whisper on one backend: encoder states and greedy tokens as JSON.
+
+Run by tests/test_model_backends.py twice — plainly (CPU backend) and with
+NUMBA_ENABLE_CUDASIM=1 (the CUDA backend on Numba's simulator) — so the same model code and
+kernel bodies are compared across the two targets. Shapes are tiny: the simulator runs one
+Python thread per CUDA thread.
+"""
+
+import json
+import os
+import sys
+import tempfile
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from helpers_models import tiny_dims, tiny_random_checkpoint  # noqa: E402
+
+from nwhisper import backend  # noqa: E402
+from nwhisper.decoding import DecodingOptions, GreedyDecoder  # noqa: E402
+from nwhisper.model import Whisper  # noqa: E402
+from nwhisper.tokenizer import Tokenizer  # noqa: E402
+
+
+def main(kind):
+    with tempfile.TemporaryDirectory() as tmp:
+        ck = tiny_random_checkpoint(tiny_dims(width=32, heads=4, layers=2), dtype=np.float16, seed=3,
+                                    tokenizer_dir=tmp)
+        tok = Tokenizer.from_checkpoint(ck)
+        d = ck.dims
+        mel = np.random.default_rng(4).standard_normal((2 * d.n_audio_ctx, d.n_mels)).astype(np.float32)
+        be = backend.get(kind)
+        model = Whisper(ck, be)
+        enc = model.encode(mel)
+        decoder = GreedyDecoder(model, tok, ck)
+        # Few steps: the simulator runs one Python thread per CUDA thread (minutes per dozen steps)
+        plain = decoder.decode(enc, DecodingOptions(max_tokens=4))
+        print("REPORT " + json.dumps({
+            "backend": be.name,
+            "states": be.download(enc).ravel().tolist(),
+            "tokens": plain.tokens,
+            "no_speech_prob": plain.no_speech_prob,
+        }))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
