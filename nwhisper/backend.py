@@ -22,6 +22,7 @@ import numpy as np
 
 from nwhisper.kernels import _compile
 from nwhisper.kernels.elementwise import fill_elem
+from nwhisper.kernels.matmul import linear_elem
 from nwhisper.kernels.reduce import softmax_row
 
 # Numba's OpenMP workers spin after each parallel loop by default; with few cores the spinning takes
@@ -127,12 +128,17 @@ class CpuBackend(Backend):
 
 
 class CudaBackend(Backend):
-    """Kernels as CUDA grids over numba.cuda device arrays (or the simulator's)."""
+    """Kernels as CUDA grids over numba.cuda device arrays (or the simulator's).
+
+    fast_paths: use kernels/_cuda_fast.py for gemm and softmax_rows (default: yes on a GPU, no on
+    the simulator, where their big blocks are many Python threads: a 51865-word logits GEMV is
+    1.7 M of them, against 52 K for the portable body; tests/cudasim_check.py turns them on).
+    """
 
     name = "cuda"
     threads_per_block = 256
 
-    def __init__(self):
+    def __init__(self, fast_paths=None):
         from numba import config, cuda  # here, not at the top: the CPU path never imports it
         from numba.cuda.cudadrv.driver import CudaAPIError
         self._cuda = cuda
@@ -141,8 +147,10 @@ class CudaBackend(Backend):
         if self.simulator:
             self.threads_per_block = 32  # the simulator runs one Python thread per CUDA thread
         super().__init__("cuda")
-        from nwhisper.kernels import _cuda_fast
-        self._fast = _cuda_fast
+        self.fast_paths = not self.simulator if fast_paths is None else fast_paths
+        if self.fast_paths:
+            from nwhisper.kernels import _cuda_fast
+            self._fast = _cuda_fast
         self._no_bias = self.empty((0,), np.float32)
 
     def _memory_error(self, nbytes, err):
@@ -187,12 +195,20 @@ class CudaBackend(Backend):
 
     def gemm(self, x, w, out, bias=None):
         """out[n, o] = x[n, i] @ w[o, i].T (+ bias[o]): a tiled GEMM, or a GEMV for a few rows
-        (kernels/_cuda_fast.py; the portable body matmul.linear_elem is their reference)."""
-        self._fast.gemm(x, w, self._no_bias if bias is None else bias, out)
+        (kernels/_cuda_fast.py); without fast paths the portable body matmul.linear_elem."""
+        bias = self._no_bias if bias is None else bias
+        if self.fast_paths:
+            self._fast.gemm(x, w, bias, out)
+        else:
+            n, n_in = x.shape
+            self.launch(linear_elem, n * w.shape[0], x, w, bias, out, n, n_in)
 
     def softmax_rows(self, x, scale=1.0, nq=1, causal=False, q_offset=0):
-        """As Backend.softmax_rows, one block of threads per row (kernels/_cuda_fast.py)."""
-        self._fast.softmax(x, np.float32(scale), nq, causal, q_offset)
+        """As Backend.softmax_rows; with fast paths one block of threads per row."""
+        if self.fast_paths:
+            self._fast.softmax(x, np.float32(scale), nq, causal, q_offset)
+        else:
+            super().softmax_rows(x, scale, nq, causal, q_offset)
 
     def launch(self, kernel, count, *args):
         """Run body `kernel(i, *args)` for i in range(count), one CUDA thread each."""

@@ -183,8 +183,9 @@ def recording(be, signatures):
 def simulate(signatures_path):
     if os.environ.get("NUMBA_ENABLE_CUDASIM") != "1":
         sys.exit("cudasim_check.py needs NUMBA_ENABLE_CUDASIM=1 in the environment")
-    cpu, sim = backend.get("cpu"), backend.get("cuda")
-    assert type(sim).__name__ == "CudaBackend" and sim.simulator, sim
+    assert isinstance(backend.get("cuda"), backend.CudaBackend)
+    cpu, sim = backend.get("cpu"), backend.CudaBackend(fast_paths=True)
+    assert sim.simulator
     signatures = {}
     recording(sim, signatures)
     report = {"cases": {}, "failed": []}
