@@ -13,7 +13,8 @@ encoder's first convolution reads.
 The clamp's max is over the whole spectrogram, so a window is normalised by its loudest frame.
 Frames that lie entirely in zero padding hold log10(1e-10) = −10 before the clamp; they are
 filled with that value instead of being transformed, so a 2 s utterance pays for 2 s of STFT,
-not for the 30 s window it is padded to.
+not for the 30 s window it is padded to. The arithmetic runs on the kernels
+(nwhisper/kernels/spectral.py), in float64: see there for why.
 """
 
 from __future__ import annotations
@@ -71,12 +72,39 @@ def hann_window():
     return w
 
 
-def log_mel(audio, n_mels=80, n_frames=None):
+@functools.lru_cache(maxsize=1)
+def dft_basis():
+    """(cos, sin) tables of the 201-bin real DFT of a 400-sample frame, float64 (n_freq, n_fft)."""
+    angle = 2 * np.pi * np.outer(np.arange(N_FREQ), np.arange(N_FFT)) / N_FFT
+    return np.cos(angle), np.sin(angle)
+
+
+class _Tables:
+    """The constant arrays on one backend, uploaded once."""
+
+    _cache = {}
+
+    @classmethod
+    def get(cls, be, n_mels):
+        key = (id(be), n_mels)
+        if key not in cls._cache:
+            cos_t, sin_t = dft_basis()
+            cls._cache[key] = (be, be.upload(hann_window()), be.upload(cos_t), be.upload(sin_t),
+                               be.upload(mel_filters(n_mels)))
+        return cls._cache[key][1:]
+
+
+def log_mel(audio, n_mels=80, n_frames=None, be=None):
     """Log-mel of 16 kHz `audio` (float32), time-major (frames, n_mels) float32.
 
     n_frames: the number of frames wanted, as if `audio` were zero-padded to n_frames·HOP
     samples first (N_FRAMES for one 30 s window); default: the frames the audio itself gives.
+    be: the backend to compute on (default: the CPU); the result is on that backend.
     """
+    from . import backend as B
+    from .kernels import spectral
+
+    be = be or B.get("cpu")
     audio = np.asarray(audio, np.float32)
     n = len(audio)
     if n_frames is None:
@@ -84,14 +112,12 @@ def log_mel(audio, n_mels=80, n_frames=None):
     total = n_frames * HOP_LENGTH           # the (virtually) zero-padded length
     # Frames whose 400-sample window touches the audio; every later frame sees only zeros.
     live = min(n_frames, (n + N_FFT // 2) // HOP_LENGTH + 1) if n else 0
-    logspec = np.full((n_frames, n_mels), LOG_FLOOR, np.float64)
-    if live:
-        x = np.zeros(total, np.float64)
-        x[:min(n, total)] = audio[:total]
-        padded = np.pad(x, N_FFT // 2, mode="reflect")   # center=True, as torch.stft
-        idx = np.arange(live)[:, None] * HOP_LENGTH + np.arange(N_FFT)[None, :]
-        frames = padded[idx] * hann_window()
-        power = np.abs(np.fft.rfft(frames, axis=1)) ** 2
-        logspec[:live] = np.log10(np.maximum(power @ mel_filters(n_mels).T, 1e-10))
-    logspec = np.maximum(logspec, logspec.max() - 8.0)
-    return ((logspec + 4.0) / 4.0).astype(np.float32)
+    # The centre-padded signal as far as the live frames reach: reflect-padded at the start (and
+    # at the end when the audio fills the window), zeros after the audio, as torch.stft sees it.
+    x = np.zeros(total, np.float64)
+    x[:min(n, total)] = audio[:total]
+    padded = np.pad(x, N_FFT // 2, mode="reflect")[:live * HOP_LENGTH + N_FFT]
+    window, cos_t, sin_t, filters = _Tables.get(be, n_mels)
+    out = be.empty((n_frames, n_mels), np.float32)
+    spectral.log_mel(be, be.upload(padded), window, cos_t, sin_t, filters, live, HOP_LENGTH, out)
+    return out
