@@ -32,7 +32,7 @@ import os
 import warnings
 
 # Modules of nwhisper.kernels that hold bodies, in the order their launchers are written.
-BODY_MODULES = ("norm", "activation", "reduce", "elementwise", "conv", "matmul", "attention", "spectral")
+BODY_MODULES = ("norm", "activation", "reduce", "elementwise", "conv", "matmul", "attention", "spectral", "vad_ops")
 
 # CPU: float reassociation lets Numba vectorise the reductions; no 'nnan'/'ninf', because
 # attention masks and decoding rules use -inf. CUDA: exact IEEE (its fastmath flushes denormals
