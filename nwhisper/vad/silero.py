@@ -1,0 +1,123 @@
+"""Silero VAD (16 kHz, the network silero-vad 6.x ships) on nwhisper's kernels.
+
+    vad = Silero()                    # weights from silero_vad_16k.npz beside this file
+    p = vad(chunk)                    # chunk: 512 samples at 16 kHz -> p(speech) in [0, 1]
+    probs = vad.probs(audio)          # a whole recording, from a reset state
+    vad.reset()
+
+State is carried from chunk to chunk exactly as silero's OnnxWrapper carries it: the LSTM's h and
+c, and the last 64 samples of the previous chunk, which are prepended to the next one (zeros after
+a reset). The network itself is one kernel body, nwhisper.kernels.vad_ops.silero_chunk; with
+`streams=S` one launch advances S independent streams by one chunk each.
+
+The tensors were exported once from the package's silero_vad.onnx by fixtures/export_silero.py
+(MIT, LICENSE.silero beside them); the STFT basis is computed here, not stored.
+"""
+
+import os
+
+import numpy as np
+
+from nwhisper import backend as backends
+from nwhisper.kernels.vad_ops import silero_chunk
+
+SAMPLE_RATE = 16000
+CHUNK = 512                   # samples a step: 32 ms
+CONTEXT = 64                  # samples of the previous chunk prepended to each
+N_FFT = 256                   # the STFT: 129 bins, hop 128, periodic Hann
+HIDDEN = 128
+WEIGHTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "silero_vad_16k.npz")
+
+
+def stft_basis():
+    """(258, 256) f32: rows 0..128 are Hann * cos(2 pi k n / 256), rows 129..257 Hann * -sin.
+
+    The ONNX file stores this as stft.forward_basis_buffer; the two agree to 6e-8
+    (fixtures/export_silero.py checks).
+    """
+    k = np.arange(N_FFT // 2 + 1)[:, None]
+    n = np.arange(N_FFT)[None, :]
+    window = 0.5 - 0.5 * np.cos(2 * np.pi * np.arange(N_FFT) / N_FFT)
+    angle = 2 * np.pi * k * n / N_FFT
+    return np.concatenate([np.cos(angle) * window, -np.sin(angle) * window]).astype(np.float32)
+
+
+def weights_available(path=WEIGHTS):
+    return os.path.exists(path)
+
+
+def load_weights(path=WEIGHTS):
+    """The kernel's weight arrays (host, f32), in silero_chunk's argument order."""
+    try:
+        z = np.load(path)
+    except FileNotFoundError:
+        raise FileNotFoundError(f"Silero VAD weights not found at {path}; run "
+                                "fixtures/export_silero.py, or use the energy detector") from None
+
+    def get(name, shape=None):
+        a = np.asarray(z[name], np.float32)
+        if shape is not None and a.shape != shape:
+            raise ValueError(f"{path}: {name} has shape {a.shape}, expected {shape}")
+        return a
+
+    def conv(i, out, inp):  # (out, in, k) -> (out, k, in): the kernel's inner loop runs over in
+        w = get(f"encoder.{i}.reparam_conv.weight", (out, inp, 3))
+        return np.ascontiguousarray(w.transpose(0, 2, 1)), get(f"encoder.{i}.reparam_conv.bias")
+
+    w0, b0 = conv(0, 128, 129)
+    w1, b1 = conv(1, 64, 128)
+    w2, b2 = conv(2, 64, 64)
+    w3, b3 = conv(3, 128, 64)
+    wih = get("decoder.rnn.weight_ih", (4 * HIDDEN, HIDDEN))
+    whh = get("decoder.rnn.weight_hh", (4 * HIDDEN, HIDDEN))
+    bias = get("decoder.rnn.bias_ih") + get("decoder.rnn.bias_hh")
+    wout = get("decoder.decoder.2.weight", (1, HIDDEN, 1)).reshape(HIDDEN)
+    bout = get("decoder.decoder.2.bias", (1,))
+    return (stft_basis(), w0, b0, w1, b1, w2, b2, w3, b3, wih, whh, bias, wout, bout)
+
+
+class Silero:
+    """p(speech) per 512-sample chunk for `streams` independent streams on backend `be`."""
+
+    name = "silero"
+
+    def __init__(self, be=None, streams=1, path=WEIGHTS):
+        self.be = be or backends.get("cpu")
+        self.streams = streams
+        self.weights = tuple(self.be.upload(w) for w in load_weights(path))
+        s = streams
+        self._scratch = tuple(self.be.empty(shape) for shape in (
+            (s, CONTEXT + CHUNK + CONTEXT), (s, 4, N_FFT // 2 + 1), (s, 4, 128), (s, 2, 64),
+            (s, 64), (s, 128), (s, 4 * HIDDEN)))
+        self._prob = self.be.empty((s,))
+        self.reset()
+
+    def reset(self):
+        """Zero the LSTM state and the context of every stream (as OnnxWrapper.reset_states)."""
+        s = self.streams
+        self._ctx = self.be.zeros((s, CONTEXT))
+        self._h = self.be.zeros((s, HIDDEN))
+        self._c = self.be.zeros((s, HIDDEN))
+
+    def step(self, chunks):
+        """Advance every stream by one chunk. chunks: (streams, 512) f32 -> (streams,) p(speech)."""
+        x = np.ascontiguousarray(chunks, np.float32)
+        if x.shape != (self.streams, CHUNK):
+            raise ValueError(f"Silero.step takes ({self.streams}, {CHUNK}) samples at 16 kHz, "
+                             f"got {x.shape}")
+        self.be.launch(silero_chunk, self.streams, self.be.upload(x), self._ctx, self._h, self._c,
+                       self._prob, *self.weights, *self._scratch)
+        return self.be.download(self._prob)
+
+    def __call__(self, chunk):
+        """p(speech) of one 512-sample chunk of stream 0."""
+        return float(self.step(np.reshape(chunk, (1, CHUNK)))[0])
+
+    def probs(self, audio):
+        """p(speech) per chunk of `audio` (1-D, 16 kHz; the tail zero-padded), from a reset state."""
+        if self.streams != 1:
+            raise ValueError("Silero.probs runs one stream; make it with streams=1")
+        x = np.asarray(audio, np.float32)
+        x = np.concatenate([x, np.zeros(-len(x) % CHUNK, np.float32)]).reshape(-1, 1, CHUNK)
+        self.reset()
+        return np.array([self.step(c)[0] for c in x], np.float32)
