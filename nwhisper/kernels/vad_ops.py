@@ -10,8 +10,14 @@ Reference: silero-vad 6.x `silero_vad.onnx` (16 kHz branch); PEERS.md §7 gives 
     4 x (Conv1d k=3 pad=1 + ReLU): 129->128 s1, 128->64 s2, 64->64 s2, 64->128 s1  -> [1, 128]
     LSTMCell(128, 128), gates i, f, g, o (PyTorch order)
     p = sigmoid(w . relu(h') + b)
-Activations are kept time-major (frame, channel) so every inner loop runs over a contiguous row;
-the conv weights come in as (out, k, in), transposed once by nwhisper.vad.silero.
+Every dot product is summed in the order onnxruntime's MLAS sums it, so that the probabilities
+agree to ~1e-6 rather than ~3e-5 (the network is that sensitive at a few chunks: float32 rounding
+in the encoder moves p by 1e-5): each convolution is im2col + SGEMM, one fused multiply-add
+chain per output from zero over (input channel, tap), the bias added after; the LSTM's gates are
+(x W_ih^T) + (h W_hh^T), each its own chain, plus (b_ih + b_hh). The chains run over the inputs
+in the outer loop and the outputs in the inner one: contiguous, independent lanes that vectorise
+without reassociating any sum. So the weights come in transposed: (in, tap, out) and (in, out),
+by nwhisper.vad.silero.
 """
 
 import math
@@ -23,15 +29,17 @@ from nwhisper.kernels._compile import kernel
 
 @kernel
 def silero_chunk(s, x, ctx, h, c, prob, basis, w0, b0, w1, b1, w2, b2, w3, b3,
-                 wih, whh, bias, wout, bout, frame, mag, a0, a1, a2, a3, gates):
+                 wih, whh, bias, wout, bout, frame, spec, a0, a1, a2, a3, gx, gh, lanes):
     """One chunk of stream s: prob[s] = p(speech); ctx[s], h[s], c[s] carried to the next chunk.
 
     x: (S, 512) this chunk's samples; ctx: (S, 64) the previous chunk's last 64 (zeros at reset);
-    h, c: (S, 128) LSTM state; prob: (S,). Weights: basis (258, 256) STFT rows (129 cos then 129
-    -sin, Hann-windowed); w0 (128, 3, 129), w1 (64, 3, 128), w2 (64, 3, 64), w3 (128, 3, 64)
-    with biases b0..b3; wih, whh (512, 128); bias (512,) = bias_ih + bias_hh; wout (128,); bout
-    (1,). Scratch per stream: frame (S, 640), mag (S, 4, 129), a0 (S, 4, 128), a1 (S, 2, 64),
-    a2 (S, 64), a3 (S, 128), gates (S, 512). All f32.
+    h, c: (S, 128) LSTM state; prob: (S,). Weights: basis (256, 258) the STFT's rows transposed
+    (129 Hann * cos, then 129 Hann * -sin); w0 (129, 3, 128), w1 (128, 3, 64), w2 (64, 3, 64),
+    w3 (64, 3, 128) as (in, tap, out), biases b0..b3; wih, whh (128, 512) as (in, gate);
+    bias (512,) = bias_ih + bias_hh; wout (128,); bout (1,). Scratch per stream: frame (S, 640),
+    spec (S, 4, 258), a0 (S, 4, 128), a1 (S, 2, 64), a2 (S, 64), a3 (S, 128), gx, gh (S, 512),
+    lanes (S, 8, 128).
+    All f32.
     """
     zero = np.float32(0.0)
     one = np.float32(1.0)
@@ -44,64 +52,100 @@ def silero_chunk(s, x, ctx, h, c, prob, basis, w0, b0, w1, b1, w2, b2, w3, b3,
         frame[s, 576 + i] = frame[s, 574 - i]
     for i in range(64):
         ctx[s, i] = x[s, 448 + i]
-    # STFT magnitude: 4 frames of 256 samples, hop 128
+    # STFT: 4 frames of 256 samples, hop 128; spec[t, 0:129] real, spec[t, 129:258] imaginary
     for t in range(4):
+        for k in range(258):
+            spec[s, t, k] = zero
+        for n in range(256):
+            v = frame[s, t * 128 + n]
+            for k in range(258):
+                spec[s, t, k] += basis[n, k] * v
         for k in range(129):
-            re = zero
-            im = zero
-            for n in range(256):
-                v = frame[s, t * 128 + n]
-                re += basis[k, n] * v
-                im += basis[129 + k, n] * v
-            mag[s, t, k] = math.sqrt(re * re + im * im)
-    # encoder 0: 129 -> 128, stride 1, 4 frames
+            re = spec[s, t, k]
+            im = spec[s, t, 129 + k]
+            spec[s, t, k] = math.sqrt(re * re + im * im)   # the magnitude, in place
+    # encoder 0: 129 -> 128, stride 1, 4 frames (input: spec[:, 0:129])
     for t in range(4):
         for o in range(128):
-            acc = b0[o]
+            a0[s, t, o] = zero
+        for i in range(129):
             for j in range(3):
                 ti = t + j - 1
                 if 0 <= ti < 4:
-                    for i in range(129):
-                        acc += w0[o, j, i] * mag[s, ti, i]
-            a0[s, t, o] = max(acc, zero)
+                    v = spec[s, ti, i]
+                    for o in range(128):
+                        a0[s, t, o] += w0[i, j, o] * v
+        for o in range(128):
+            a0[s, t, o] = max(a0[s, t, o] + b0[o], zero)
     # encoder 1: 128 -> 64, stride 2, 4 -> 2 frames
     for t in range(2):
         for o in range(64):
-            acc = b1[o]
+            a1[s, t, o] = zero
+        for i in range(128):
             for j in range(3):
                 ti = 2 * t + j - 1
                 if 0 <= ti < 4:
-                    for i in range(128):
-                        acc += w1[o, j, i] * a0[s, ti, i]
-            a1[s, t, o] = max(acc, zero)
-    # encoder 2: 64 -> 64, stride 2, 2 -> 1 frame (taps at frames -1, 0, 1)
+                    v = a0[s, ti, i]
+                    for o in range(64):
+                        a1[s, t, o] += w1[i, j, o] * v
+        for o in range(64):
+            a1[s, t, o] = max(a1[s, t, o] + b1[o], zero)
+    # encoder 2: 64 -> 64, stride 2, 2 -> 1 frame. One output frame: MLAS takes its M=1 path,
+    # a dot product per output over the im2col column (in, tap), summed in 8 lanes by index mod 8
+    # (multiply, then add) and the lanes added as ((l0+l1)+l2)+l3 + ((l4+l5)+l6)+l7.
+    for l in range(8):
+        for o in range(64):
+            lanes[s, l, o] = zero
+    for i in range(64):
+        for j in range(1, 3):                   # tap 0 sees frame -1: padding
+            v = a1[s, j - 1, i]
+            l = (3 * i + j) % 8
+            for o in range(64):
+                lanes[s, l, o] += w2[i, j, o] * v
     for o in range(64):
-        acc = b2[o]
-        for j in range(1, 3):
-            for i in range(64):
-                acc += w2[o, j, i] * a1[s, j - 1, i]
-        a2[s, o] = max(acc, zero)
-    # encoder 3: 64 -> 128, stride 1, 1 frame (only the centre tap sees data)
+        acc = ((((lanes[s, 0, o] + lanes[s, 1, o]) + lanes[s, 2, o]) + lanes[s, 3, o])
+               + (((lanes[s, 4, o] + lanes[s, 5, o]) + lanes[s, 6, o]) + lanes[s, 7, o]))
+        a2[s, o] = max(acc + b2[o], zero)
+    # encoder 3: 64 -> 128, stride 1, 1 frame (only the centre tap sees data), the same M=1 path
+    for l in range(8):
+        for o in range(128):
+            lanes[s, l, o] = zero
+    for i in range(64):
+        v = a2[s, i]
+        l = (3 * i + 1) % 8
+        for o in range(128):
+            lanes[s, l, o] += w3[i, 1, o] * v
     for o in range(128):
-        acc = b3[o]
-        for i in range(64):
-            acc += w3[o, 1, i] * a2[s, i]
-        a3[s, o] = max(acc, zero)
-    # LSTM cell
+        acc = ((((lanes[s, 0, o] + lanes[s, 1, o]) + lanes[s, 2, o]) + lanes[s, 3, o])
+               + (((lanes[s, 4, o] + lanes[s, 5, o]) + lanes[s, 6, o]) + lanes[s, 7, o]))
+        a3[s, o] = max(acc + b3[o], zero)
+    # LSTM cell, gates i, f, g, o
     for g in range(512):
-        acc = bias[g]
-        for i in range(128):
-            acc += wih[g, i] * a3[s, i] + whh[g, i] * h[s, i]
-        gates[s, g] = acc
-    out = bout[0]
+        gx[s, g] = zero
+        gh[s, g] = zero
     for i in range(128):
-        ig = one / (one + math.exp(-gates[s, i]))
-        fg = one / (one + math.exp(-gates[s, 128 + i]))
-        gg = math.tanh(gates[s, 256 + i])
-        og = one / (one + math.exp(-gates[s, 384 + i]))
+        v = a3[s, i]
+        u = h[s, i]
+        for g in range(512):
+            gx[s, g] += wih[i, g] * v
+            gh[s, g] += whh[i, g] * u
+    for g in range(512):
+        gx[s, g] = gx[s, g] + gh[s, g] + bias[g]
+    for i in range(128):
+        ig = one / (one + math.exp(-gx[s, i]))
+        fg = one / (one + math.exp(-gx[s, 128 + i]))
+        gg = math.tanh(gx[s, 256 + i])
+        og = one / (one + math.exp(-gx[s, 384 + i]))
         cn = fg * c[s, i] + ig * gg
         hn = og * math.tanh(cn)
         c[s, i] = cn
         h[s, i] = hn
-        out += wout[i] * max(hn, zero)
-    prob[s] = one / (one + math.exp(-out))
+    # the decoder's 1x1 conv, MLAS's M=1 kernel: four products at a time, added in order, then
+    # added to the running sum
+    out = zero
+    for i in range(0, 128, 4):
+        part = wout[i] * max(h[s, i], zero)
+        for k in range(i + 1, i + 4):
+            part += wout[k] * max(h[s, k], zero)
+        out = part + out
+    prob[s] = one / (one + math.exp(-(out + bout[0])))

@@ -60,20 +60,20 @@ def load_weights(path=WEIGHTS):
             raise ValueError(f"{path}: {name} has shape {a.shape}, expected {shape}")
         return a
 
-    def conv(i, out, inp):  # (out, in, k) -> (out, k, in): the kernel's inner loop runs over in
+    def conv(i, out, inp):  # (out, in, k) -> (in, k, out): the kernel's inner loop runs over out
         w = get(f"encoder.{i}.reparam_conv.weight", (out, inp, 3))
-        return np.ascontiguousarray(w.transpose(0, 2, 1)), get(f"encoder.{i}.reparam_conv.bias")
+        return np.ascontiguousarray(w.transpose(1, 2, 0)), get(f"encoder.{i}.reparam_conv.bias")
 
     w0, b0 = conv(0, 128, 129)
     w1, b1 = conv(1, 64, 128)
     w2, b2 = conv(2, 64, 64)
     w3, b3 = conv(3, 128, 64)
-    wih = get("decoder.rnn.weight_ih", (4 * HIDDEN, HIDDEN))
-    whh = get("decoder.rnn.weight_hh", (4 * HIDDEN, HIDDEN))
+    wih = np.ascontiguousarray(get("decoder.rnn.weight_ih", (4 * HIDDEN, HIDDEN)).T)
+    whh = np.ascontiguousarray(get("decoder.rnn.weight_hh", (4 * HIDDEN, HIDDEN)).T)
     bias = get("decoder.rnn.bias_ih") + get("decoder.rnn.bias_hh")
     wout = get("decoder.decoder.2.weight", (1, HIDDEN, 1)).reshape(HIDDEN)
     bout = get("decoder.decoder.2.bias", (1,))
-    return (stft_basis(), w0, b0, w1, b1, w2, b2, w3, b3, wih, whh, bias, wout, bout)
+    return (np.ascontiguousarray(stft_basis().T), w0, b0, w1, b1, w2, b2, w3, b3, wih, whh, bias, wout, bout)
 
 
 class Silero:
@@ -87,8 +87,8 @@ class Silero:
         self.weights = tuple(self.be.upload(w) for w in load_weights(path))
         s = streams
         self._scratch = tuple(self.be.empty(shape) for shape in (
-            (s, CONTEXT + CHUNK + CONTEXT), (s, 4, N_FFT // 2 + 1), (s, 4, 128), (s, 2, 64),
-            (s, 64), (s, 128), (s, 4 * HIDDEN)))
+            (s, CONTEXT + CHUNK + CONTEXT), (s, 4, N_FFT + 2), (s, 4, 128), (s, 2, 64),
+            (s, 64), (s, 128), (s, 4 * HIDDEN), (s, 4 * HIDDEN), (s, 8, 128)))
         self._prob = self.be.empty((s,))
         self.reset()
 
