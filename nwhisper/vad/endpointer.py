@@ -18,8 +18,8 @@ What it measures as it goes (SPEC.md §4):
 - the speaker's level: 90th percentile of the last 20 s of chunks that were the speaker's voice;
 - how readily the detector fires on this room's noise: the 90th percentile of p over the last
   10 s of chunks within 3 dB of the floor; the opening threshold is raised above it;
-- the near-field gate: a chunk whose level (over 96 ms) is more than `near_db` below the
-  speaker's level is someone else's voice (a television, a sibling) and neither opens an
+- the near-field gate: a chunk whose level (the loudest of the last 160 ms, so that the quiet
+  ends of the speaker's own words pass) is more than `near_db` below the speaker's level is someone else's voice (a television, a sibling) and neither opens an
   utterance nor keeps one open;
 - the closing pause, learned from the speaker's own gaps: 1.3 x their 90th percentile + 150 ms,
   within min_pause_ms..max_pause_ms, starting at start_pause_ms; a close followed quickly by more
@@ -50,8 +50,10 @@ THRESHOLD_MARGIN = 0.2        # the opening threshold stays this far above p on 
 MAX_THRESHOLD = 0.9
 HYSTERESIS = 0.15             # an open utterance continues down to threshold - 0.15 (Silero's)
 MIN_SNR_DB = 3.0              # voice must stand this far above the floor
+QUIET_DB = 20.0               # ... and be within this of the speaker's level: Silero stays sure
+                              # for ~100 ms after a word's energy has gone, which is not voice
 MIN_VOICE_CHUNKS = 5          # the speaker's level is trusted after this many voice chunks
-GATE_CHUNKS = 3               # the near-field gate looks at the level over 96 ms
+GATE_CHUNKS = 5               # the near-field gate looks at the loudest chunk of the last 160 ms
 
 
 @dataclass(frozen=True)
@@ -166,7 +168,7 @@ class Endpointer:
         self.noise = deque(maxlen=NOISE_WINDOW_MS // CHUNK_MS)
         self.noise_p = deque(maxlen=NOISE_WINDOW_MS // CHUNK_MS)
         self.voice = deque(maxlen=VOICE_WINDOW_MS // CHUNK_MS)
-        self.recent = deque(maxlen=GATE_CHUNKS)      # linear power of the last chunks
+        self.recent = deque(maxlen=GATE_CHUNKS)      # levels of the last chunks, dB
         self.gaps = deque(maxlen=GAPS_KEPT)          # the speaker's gaps, ms
         self.noise_db = -60.0
         self.speech_db = None
@@ -185,13 +187,14 @@ class Endpointer:
         n = self.n
         self.n += 1
         events = []
-        self.recent.append(10.0 ** (level_db / 10.0))
-        gate_db = 10.0 * np.log10(sum(self.recent) / len(self.recent) + 1e-10)
+        self.recent.append(level_db)
+        gate_db = max(self.recent)
 
         threshold = self.threshold()
         near = (o.near_db <= 0 or self.speech_db is None
                 or gate_db >= self.speech_db - o.near_db)
-        loud = level_db >= self.noise_db + MIN_SNR_DB or not o.room
+        loud = not o.room or (level_db >= self.noise_db + MIN_SNR_DB and (
+            self.speech_db is None or level_db >= self.speech_db - QUIET_DB))
         cut = threshold - HYSTERESIS if self.open else threshold
         voiced = p >= cut and near and loud
 
