@@ -18,8 +18,8 @@ What it measures as it goes (SPEC.md §4):
 - the speaker's level: 90th percentile of the last 20 s of chunks that were the speaker's voice;
 - how readily the detector fires on this room's noise: the 90th percentile of p over the last
   10 s of chunks within 3 dB of the floor; the opening threshold is raised above it;
-- the near-field gate: a chunk whose level (the loudest of the last 160 ms, so that the quiet
-  ends of the speaker's own words pass) is more than `near_db` below the speaker's level is someone else's voice (a television, a sibling) and neither opens an
+- the near-field gate: a run of voice whose loudest chunk is more than `near_db` below the
+  speaker's level is someone else's voice (a television, a sibling) and neither opens an
   utterance nor keeps one open;
 - the closing pause, learned from the speaker's own gaps: 1.3 x their 90th percentile + 150 ms,
   within min_pause_ms..max_pause_ms, starting at start_pause_ms; a close followed quickly by more
@@ -53,7 +53,9 @@ MIN_SNR_DB = 3.0              # voice must stand this far above the floor
 QUIET_DB = 20.0               # ... and be within this of the speaker's level: Silero stays sure
                               # for ~100 ms after a word's energy has gone, which is not voice
 MIN_VOICE_CHUNKS = 5          # the speaker's level is trusted after this many voice chunks
-GATE_CHUNKS = 5               # the near-field gate looks at the loudest chunk of the last 160 ms
+ONSET_CHUNKS = 8              # a voice's start reaches back over the sound that led up to it
+                              # (within QUIET_DB of the voice), at most 256 ms: Silero is late
+GATE_BREAK = 2                # a run of voice ends after this many chunks without it (64 ms)
 
 
 @dataclass(frozen=True)
@@ -168,7 +170,9 @@ class Endpointer:
         self.noise = deque(maxlen=NOISE_WINDOW_MS // CHUNK_MS)
         self.noise_p = deque(maxlen=NOISE_WINDOW_MS // CHUNK_MS)
         self.voice = deque(maxlen=VOICE_WINDOW_MS // CHUNK_MS)
-        self.recent = deque(maxlen=GATE_CHUNKS)      # levels of the last chunks, dB
+        self.run_peak = -200.0                       # loudest chunk of the current voice run
+        self.run_break = 0
+        self.history = deque(maxlen=ONSET_CHUNKS + 8)
         self.gaps = deque(maxlen=GAPS_KEPT)          # the speaker's gaps, ms
         self.noise_db = -60.0
         self.speech_db = None
@@ -187,16 +191,25 @@ class Endpointer:
         n = self.n
         self.n += 1
         events = []
-        self.recent.append(level_db)
-        gate_db = max(self.recent)
+        self.history.append(level_db)
 
         threshold = self.threshold()
-        near = (o.near_db <= 0 or self.speech_db is None
-                or gate_db >= self.speech_db - o.near_db)
         loud = not o.room or (level_db >= self.noise_db + MIN_SNR_DB and (
             self.speech_db is None or level_db >= self.speech_db - QUIET_DB))
         cut = threshold - HYSTERESIS if self.open else threshold
-        voiced = p >= cut and near and loud
+        candidate = p >= cut and loud
+        # the near-field gate judges a run of voice by its loudest chunk, so that the quiet ends
+        # of the speaker's own words pass while a quieter voice after a pause does not
+        if candidate:
+            self.run_peak = max(self.run_peak, level_db)
+            self.run_break = 0
+        else:
+            self.run_break += 1
+            if self.run_break >= GATE_BREAK:
+                self.run_peak = -200.0
+        near = (o.near_db <= 0 or self.speech_db is None
+                or self.run_peak >= self.speech_db - o.near_db)
+        voiced = candidate and near
 
         # the room: non-speech chunks feed the floor, chunks near the floor tell how the
         # detector hears noise, the speaker's voice feeds their level
@@ -301,6 +314,15 @@ class Endpointer:
             closed_at, speech_t1, _ = self.last_end
             if (first - closed_at) * CHUNK_MS <= QUICK_MS:    # the close was really a gap
                 self._gap((first - speech_t1) * CHUNK_MS)
+        # Silero is sure only some chunks into a word: start where the sound rose from the floor
+        levels = list(self.history)                   # levels[-1] is chunk n
+        voice = self.speech_db if self.speech_db is not None else max(levels[first - n - 1:])
+        onset = max(self.noise_db + MIN_SNR_DB, voice - QUIET_DB)
+        back = first
+        while (first - back < ONSET_CHUNKS and back - 1 > floor and n - (back - 1) < len(levels)
+               and levels[-1 - (n - (back - 1))] >= onset):
+            back -= 1
+        first = back
         self.seg += 1
         self.open = True
         self.t0 = max(first - lead, floor, 0)
@@ -326,7 +348,10 @@ class Endpointer:
             end = self._close("max", at)
             self.last_end = None                       # not a pause: teaches nothing
             return [end]
-        gap_start, gap_end = max(self.candidates, key=lambda g: g[1] - g[0])
+        # the best gap: the longest, or a later one nearly as long (3/4 of it), so that what
+        # follows the cut is short and not cut again at once
+        longest = max(g[1] - g[0] for g in self.candidates)
+        gap_start, gap_end = [g for g in self.candidates if 4 * (g[1] - g[0]) >= 3 * longest][-1]
         later = [g for g in self.candidates if g[0] >= gap_end]
         resume_end = self.speech_end
         mid = (gap_start + gap_end) // 2
