@@ -1,0 +1,92 @@
+"""`nwhisper serve [MODEL] --addr HOST:PORT …` — the model as a service (nwhisper/server)."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from ..io.registry import DEFAULT_MODEL
+
+
+def parse_addr(addr):
+    """'HOST:PORT', '[v6]:PORT', ':PORT' (every address) or 'PORT' (loopback) → (host, port)."""
+    host, sep, port = addr.rpartition(":")
+    if not sep:
+        host, port = "127.0.0.1", addr
+    elif host == "":
+        host = "0.0.0.0"
+    host = host.strip("[]")
+    if not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise click.BadParameter(f"{addr!r}: expected HOST:PORT with PORT in 0–65535 "
+                                 f"(0 picks a free one)", param_hint="--addr")
+    return host, int(port)
+
+
+@click.argument("model", required=False, default=DEFAULT_MODEL)
+@click.option("--addr", default="127.0.0.1:6543", show_default=True,
+              help="HOST:PORT to listen on (0.0.0.0:PORT for the LAN; port 0 picks a free one)")
+@click.option("--lang", default=None, help="default language of requests that name none (default: detect; English on .en models)")
+@click.option("--vad", is_flag=True, help="skip non-speech by default (a request's vad field overrides)")
+@click.option("--timestamps", is_flag=True, help="timestamped segments by default (a request's timestamps field overrides; srt, vtt and verbose_json always have them)")
+@click.option("--max", "max_tokens", type=click.IntRange(1, 448), default=224, show_default=True,
+              help="stop after N tokens per 30 s window")
+@click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
+@click.option("--tls", is_flag=True, help="https/wss with a self-signed ECDSA P-256 certificate (minted once, kept in --tls-dir)")
+@click.option("--cert", type=click.Path(exists=True, dir_okay=False), help="certificate PEM (with --key): https with your own certificate")
+@click.option("--key", type=click.Path(exists=True, dir_okay=False), help="private key PEM for --cert")
+@click.option("--tls-dir", default=None, help="where --tls keeps its certificate  [default: ~/.cache/nwhisper/tls]")
+@click.option("--token", envvar="NWHISPER_TOKEN", default=None, show_envvar=True,
+              help="require 'Authorization: Bearer TOKEN' or '?token=TOKEN' (all but / and /health); prefer the environment variable, a flag shows in ps")
+@click.option("--unload-after", type=click.FloatRange(min=0), default=0, show_default=True, metavar="SECONDS",
+              help="release the model after this many idle seconds; the next request reloads it (0: never)")
+@click.option("--connections", type=click.IntRange(1, 256), default=8, show_default=True,
+              help="requests and streams served at once")
+@click.option("--queue", type=click.IntRange(0, 4096), default=16, show_default=True,
+              help="requests waiting for a free connection before the server answers 503")
+@click.option("--max-upload-mb", type=click.FloatRange(min=0.001), default=100, show_default=True,
+              help="largest request body accepted (413 above)")
+def serve(model, addr, lang, vad, timestamps, max_tokens, device, tls, cert, key, tls_dir, token,
+          unload_after, connections, queue, max_upload_mb):
+    """Serve MODEL (a name or path; default tiny.en) over HTTP: whisper.cpp's POST /inference,
+    OpenAI's POST /v1/audio/transcriptions and /translations, GET /health, and a test page at /.
+    The model loads before the port opens."""
+    from ..io.checkpoint import CheckpointError
+    from ..server import tls as T
+    from ..server.app import Config, run
+
+    host, port = parse_addr(addr)
+    if bool(cert) != bool(key):
+        raise click.UsageError("--cert and --key go together")
+    ssl_ctx = None
+    try:
+        if cert:
+            ssl_ctx = T.context(cert, key)
+            click.echo(f"nwhisper: TLS with {cert} ({T.fingerprint(cert)})")
+        elif tls:
+            directory = tls_dir or T.default_dir()
+            cert, key, minted = T.self_signed(directory, T.names_for(host))
+            ssl_ctx = T.context(cert, key)
+            click.echo(f"nwhisper: self-signed TLS {'minted' if minted else 'reused'}: {cert} "
+                       f"({T.fingerprint(cert)}) — the browser will warn once; accept it and the "
+                       f"microphone works")
+        cfg = Config(model=model, device=device, host=host, port=port,
+                     language=lang.strip().lower() if lang else None, vad=vad,
+                     timestamps=timestamps, max_tokens=max_tokens, token=token or None,
+                     ssl=ssl_ctx, unload_after=unload_after, connections=connections, queue=queue,
+                     max_upload=int(max_upload_mb * (1 << 20)))
+        _logging()
+        run(cfg)
+    except (CheckpointError, ValueError, RuntimeError, OSError) as e:
+        click.echo(f"nwhisper: {e}", err=True)
+        sys.exit(2)
+
+
+def _logging():
+    import logging
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s",
+                        datefmt="%H:%M:%S")
+
+
+command = click.command("serve", context_settings={"help_option_names": ["-h", "--help"]})(serve)

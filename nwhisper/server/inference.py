@@ -1,0 +1,182 @@
+"""The model a server holds: one worker thread, a fair queue, idle unload, the numbers /health shows.
+
+    host = ModelHost("tiny.en", device="auto", unload_after=0)
+    host.load()                                   # before the port opens (blocking)
+    job = host.submit(lambda m: m.transcribe(samples))
+    segments, info = await job.future             # on the IOLoop; the loop stays responsive
+
+One transcription runs at a time: the device has one model, and two jobs sharing it would each
+take twice as long and hold twice the scratch memory. Jobs wait in a heap ordered by
+(priority, arrival), so equal-priority jobs run first come, first served; FINAL (0) runs before
+DRAFT (1), which is how a stream's drafts give way to anyone's final (stream.py submits drafts
+as DRAFT). A job whose client went away is dropped from the queue (`abandon`), not run.
+
+All bookkeeping happens on the IOLoop thread; the worker thread only runs the job and, when the
+model was unloaded, loads it first — so the model is never touched by two threads, and an unload
+(done on the IOLoop when nothing is queued or running and nothing holds the model) cannot race a
+job.
+"""
+
+from __future__ import annotations
+
+import gc
+import heapq
+import inspect
+import itertools
+import logging
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+from tornado import ioloop
+from tornado.concurrent import Future, future_set_exception_unless_cancelled, future_set_result_unless_cancelled
+
+log = logging.getLogger("nwhisper.server")
+
+FINAL, DRAFT = 0, 1          # job priorities: lower runs first
+WARMUP_SECONDS = 1.0         # of silence, transcribed once at startup (Numba dispatch, scratch)
+
+
+class Abandoned(Exception):
+    """The job's client went away before the job ran."""
+
+
+class Job:
+    __slots__ = ("priority", "seq", "fn", "future")
+
+    def __init__(self, priority, seq, fn):
+        self.priority, self.seq, self.fn = priority, seq, fn
+        self.future = Future()
+
+    def __lt__(self, other):
+        return (self.priority, self.seq) < (other.priority, other.seq)
+
+
+class ModelHost:
+    def __init__(self, name, device="auto", unload_after=0.0, loader=None):
+        if loader is None:
+            from ..api import load as loader
+        self.name, self.device, self.unload_after = name, device, float(unload_after or 0)
+        self.device_name = device
+        self._loader = loader
+        self._model = None
+        self._worker = ThreadPoolExecutor(1, thread_name_prefix="nwhisper-model")
+        self._queue = []
+        self._seq = itertools.count()
+        self._running = None         # the Job in the worker, or None
+        self._holds = 0              # open streams: while > 0 the model is not unloaded
+        self.shape = {}              # the model's dimensions, kept across unloads
+        self.languages = ()          # language codes the tokenizer knows, kept across unloads
+        self.multilingual = False
+        self.accepts = frozenset()   # keyword arguments model.transcribe takes
+        self.loads = self.unloads = 0
+        self.last_load_ms = None
+        self.last_active = time.monotonic()
+        self._timer = None
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    @property
+    def loaded(self):
+        return self._model is not None
+
+    def load(self, warmup=True):
+        """Load the model now, in the calling thread (startup, before the port opens)."""
+        self._load()
+        if warmup:
+            self._model.transcribe(np.zeros(int(WARMUP_SECONDS * 16000), np.float32))
+
+    def _load(self):
+        t0 = time.perf_counter()
+        m = self._loader(self.name, device=self.device)
+        self.last_load_ms = round((time.perf_counter() - t0) * 1000, 1)
+        self.loads += 1
+        d = m.dims
+        self.shape = {k: getattr(d, k) for k in (
+            "n_mels", "n_vocab", "n_audio_ctx", "n_audio_state", "n_audio_head", "n_audio_layer",
+            "n_text_ctx", "n_text_state", "n_text_head", "n_text_layer")}
+        self.multilingual = bool(d.is_multilingual)
+        self.languages = tuple(c for c, _ in m.tokenizer.languages)
+        self.accepts = frozenset(inspect.signature(m.transcribe).parameters)
+        self.device_name = getattr(m.backend, "name", type(m.backend).__name__)
+        self._model = m
+        log.info("model %s loaded in %.0f ms", self.name, self.last_load_ms)
+
+    def start_idle_timer(self):
+        """Begin checking for idleness (call on the IOLoop, once the port is open)."""
+        if self.unload_after > 0 and self._timer is None:
+            every = min(1.0, self.unload_after / 4) * 1000
+            self._timer = ioloop.PeriodicCallback(self._maybe_unload, every)
+            self._timer.start()
+
+    def _maybe_unload(self):
+        if (self._model is None or self.busy or self._holds
+                or time.monotonic() - self.last_active < self.unload_after):
+            return
+        self._model = None
+        gc.collect()                 # the weights' buffers go now, not at some later collection
+        self.unloads += 1
+        log.info("model %s unloaded after %.0f s idle", self.name, self.unload_after)
+
+    def hold(self):
+        """An open stream keeps the model loaded until `release`."""
+        self._holds += 1
+        self.last_active = time.monotonic()
+
+    def release(self):
+        self._holds -= 1
+        self.last_active = time.monotonic()
+
+    def close(self):
+        if self._timer is not None:
+            self._timer.stop()
+        self._worker.shutdown(wait=False, cancel_futures=True)
+
+    # -- the queue ---------------------------------------------------------------------------
+
+    @property
+    def busy(self):
+        return self._running is not None or bool(self._queue)
+
+    @property
+    def queued(self):
+        return len(self._queue)
+
+    def idle_s(self):
+        return 0.0 if self.busy or self._holds else round(time.monotonic() - self.last_active, 1)
+
+    def submit(self, fn, priority=FINAL):
+        """Queue fn(model) for the worker thread; returns the Job (await job.future)."""
+        job = Job(priority, next(self._seq), fn)
+        heapq.heappush(self._queue, job)
+        self.last_active = time.monotonic()
+        self._next()
+        return job
+
+    def abandon(self, job):
+        """The job's client went away: drop it if it has not started."""
+        if job in self._queue:
+            self._queue.remove(job)
+            heapq.heapify(self._queue)
+            future_set_exception_unless_cancelled(job.future, Abandoned())
+
+    def _next(self):
+        if self._running is not None or not self._queue:
+            return
+        job = self._running = heapq.heappop(self._queue)
+        done = self._worker.submit(self._call, job.fn)
+        ioloop.IOLoop.current().add_future(done, lambda f: self._finished(job, f))
+
+    def _call(self, fn):          # in the worker thread
+        if self._model is None:
+            self._load()
+        return fn(self._model)
+
+    def _finished(self, job, f):
+        self._running = None
+        self.last_active = time.monotonic()
+        if f.exception() is not None:
+            future_set_exception_unless_cancelled(job.future, f.exception())
+        else:
+            future_set_result_unless_cancelled(job.future, f.result())
+        self._next()

@@ -1,0 +1,131 @@
+"""What a transcription request carries: the audio bytes, their name, the form fields.
+
+    up = parse(request, body)        # Upload(data, filename, fields); Reject on a bad request
+    up.text("language"), up.flag("vad"), up.number("temperature", 0, 1)
+
+Two shapes are accepted, as whisper.cpp's server and OpenAI's API send them:
+
+* multipart/form-data with the audio in the `file` part and options as the other parts;
+* anything else: the whole body is the audio (`curl --data-binary @clip.wav`), options in the
+  query string (`?response_format=text&language=fi`).
+
+Query-string fields also apply to multipart requests, under the form's own. Booleans read as
+whisper.cpp reads them (true/1/yes/y; false/0/no/n), but anything else is an error here rather
+than a silent false. A WAV whose data chunk is shorter than its header says is refused as
+truncated: libsndfile would decode the part that arrived, and a cut-off upload would come back as
+a confident transcript of half the recording.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+
+from tornado import httputil
+
+
+class Reject(Exception):
+    """A request the server answers with `status` and {"error": message}."""
+
+    def __init__(self, status, message):
+        super().__init__(message)
+        self.status, self.message = status, message
+
+
+TRUE, FALSE = ("true", "1", "yes", "y", "on"), ("false", "0", "no", "n", "off", "")
+
+
+@dataclass
+class Upload:
+    data: bytes
+    filename: str
+    fields: dict = field(default_factory=dict)      # name → [str, …], last one wins
+
+    def has(self, name):
+        return name in self.fields
+
+    def text(self, name, default=None):
+        values = self.fields.get(name)
+        return values[-1].strip() if values else default
+
+    def texts(self, name):
+        return [v.strip() for v in self.fields.get(name, [])]
+
+    def flag(self, name, default=None):
+        v = self.text(name)
+        if v is None:
+            return default
+        if v.lower() in TRUE:
+            return True
+        if v.lower() in FALSE:
+            return False
+        raise Reject(400, f"field '{name}' must be true or false, not {v!r}")
+
+    def number(self, name, lo, hi, default=None):
+        v = self.text(name)
+        if v is None or v == "":
+            return default
+        try:
+            x = float(v)
+        except ValueError:
+            raise Reject(400, f"field '{name}' must be a number, not {v!r}") from None
+        if not lo <= x <= hi:
+            raise Reject(400, f"field '{name}' must be between {lo} and {hi}, not {v}")
+        return x
+
+
+def parse(request, body):
+    """Upload from a tornado request whose body was read as `body` (bytes)."""
+    fields = {k: [v.decode("utf-8", "replace") for v in vs]
+              for k, vs in request.query_arguments.items() if k != "token"}
+    ctype = request.headers.get("Content-Type", "")
+    if ctype.lower().startswith("multipart/form-data"):
+        args, files = {}, {}
+        try:
+            httputil.parse_body_arguments(ctype, body, args, files, request.headers)
+        except httputil.HTTPInputError as e:
+            raise Reject(400, f"broken multipart/form-data body: {_strip_prefix(str(e))}") from None
+        for k, vs in args.items():
+            fields[k] = [v.decode("utf-8", "replace") for v in vs]
+        if "file" not in files:
+            if "file" in args:     # sent as a plain field (no filename): still the audio
+                data, name = args["file"][-1], "file"
+            else:
+                raise Reject(400, "no 'file' field in the request: send the audio as the multipart "
+                                  "field 'file'")
+        else:
+            data, name = files["file"][-1].body, files["file"][-1].filename or "file"
+    else:
+        data, name = body, "request body"
+    if not data:
+        raise Reject(400, f"empty audio: {name} has 0 bytes (send a WAV or another audio file "
+                          f"as the multipart field 'file' or as the whole request body)")
+    check_wav_length(data, name)
+    return Upload(bytes(data), name, fields)
+
+
+def _strip_prefix(message):
+    for p in ("Invalid multipart/form-data: ",):
+        while message.startswith(p):
+            message = message[len(p):]
+    return message
+
+
+def check_wav_length(data, name):
+    """Raise Reject if `data` is a RIFF/WAVE file whose data chunk declares more bytes than follow.
+
+    A streamed WAV's placeholder sizes (0 or 0xFFFFFFFF, and RF64's) mean "unknown" and pass.
+    """
+    if len(data) < 12 or data[8:12] != b"WAVE" or data[:4] not in (b"RIFF", b"RIFX"):
+        return
+    fmt = "<I" if data[:4] == b"RIFF" else ">I"
+    pos = 12
+    while pos + 8 <= len(data):
+        chunk, (size,) = data[pos:pos + 4], struct.unpack(fmt, data[pos + 4:pos + 8])
+        if chunk == b"data":
+            have = len(data) - pos - 8
+            if size not in (0, 0xFFFFFFFF) and have < size:
+                raise Reject(400, f"{name}: truncated WAV: its data chunk declares {size} bytes "
+                                  f"of samples but only {have} arrived")
+            return
+        pos += 8 + size + (size & 1)       # chunks are padded to an even length

@@ -1,0 +1,466 @@
+"""`nwhisper serve` end to end: real servers in subprocesses on loopback, real HTTP.
+
+Truth: the transcript of fixtures/jfk.wav is the one tests/test_transcribe.py checks against HF
+transformers' greedy output for tiny.en; here it only has to come back through every route and
+format. The servers start once per module, in parallel (each on a free port the server picks
+itself: `--addr 127.0.0.1:0`, its URL read from its first line):
+
+    main     tiny.en, --max-upload-mb 1               formats, routes, bad input, OpenAI client
+    secure   tiny.en, --tls (minted) --token          https with the cert trusted, 401s
+    narrow   tiny.en, --connections 1 --queue 1       503 when full, and still serving after;
+             --unload-after 1                         /health across an unload and a reload
+    polyglot base                                     translation, language detection
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import ssl
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+import uuid
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+JFK = os.path.join(ROOT, "fixtures", "jfk.wav")
+JFK_WORDS = "ask not what your country can do for you"
+TOKEN = "s3cret-token"
+START_TIMEOUT = 180
+
+
+# -- servers ---------------------------------------------------------------------------------
+
+
+class Server:
+    """`python -m nwhisper.server ARGS --addr 127.0.0.1:0` with its output in a log file."""
+
+    def __init__(self, log_dir, name, *args, env=None):
+        self.name = name
+        self.log = os.path.join(log_dir, f"{name}.log")
+        e = {k: v for k, v in os.environ.items() if k != "NWHISPER_TOKEN"}
+        e.update(env or {})
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "nwhisper.server", *args, "--addr", "127.0.0.1:0"],
+            cwd=ROOT, env=e, stdout=open(self.log, "w"), stderr=subprocess.STDOUT)
+        self.url = None
+
+    def wait(self, timeout=START_TIMEOUT):
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < timeout:
+            m = re.search(r"serving on (\S+)", self.output())
+            if m:
+                self.url = m.group(1)
+                return self
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server {self.name} exited:\n{self.output()}")
+            time.sleep(0.1)
+        raise RuntimeError(f"server {self.name} did not start in {timeout} s:\n{self.output()}")
+
+    def output(self):
+        with open(self.log) as f:
+            return f.read()
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def start_servers(log_dir, specs):
+    """Start every server at once, then wait for each: {name: Server}."""
+    servers = {name: Server(log_dir, name, *args, **kw) for name, (args, kw) in specs.items()}
+    try:
+        for s in servers.values():
+            s.wait()
+    except Exception:
+        for s in servers.values():
+            s.stop()
+        raise
+    return servers
+
+
+@pytest.fixture(scope="module")
+def servers(tmp_path_factory):
+    d = tmp_path_factory.mktemp("servers")
+    servers = start_servers(str(d), {
+        "main": (("tiny.en", "--max-upload-mb", "1"), {}),
+        "secure": (("tiny.en", "--tls", "--tls-dir", str(d / "tls")), {"env": {"NWHISPER_TOKEN": TOKEN}}),
+        "narrow": (("tiny.en", "--connections", "1", "--queue", "1", "--unload-after", "1"), {}),
+        "polyglot": (("base",), {}),
+    })
+    servers["tls_dir"] = str(d / "tls")
+    yield servers
+    for s in servers.values():
+        if isinstance(s, Server):
+            s.stop()
+            assert s.proc.returncode == 0, s.output()       # a clean exit on SIGTERM
+
+
+@pytest.fixture(scope="module")
+def main(servers):
+    return servers["main"].url
+
+
+# -- an HTTP client from the standard library --------------------------------------------------
+
+_opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+def http(url, body=None, headers=None, method=None, context=None, timeout=120):
+    """(status, headers, body bytes) — 4xx/5xx are answers, not exceptions."""
+    req = urllib.request.Request(url, data=body, headers=headers or {}, method=method)
+    opener = _opener if context is None else urllib.request.build_opener(
+        urllib.request.ProxyHandler({}), urllib.request.HTTPSHandler(context=context))
+    try:
+        with opener.open(req, timeout=timeout) as r:
+            return r.status, r.headers, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.headers, e.read()
+
+
+def multipart(fields=(), files=()):
+    """(body, content type) of a multipart/form-data form: fields [(name, value)],
+    files [(name, filename, bytes)]."""
+    b = uuid.uuid4().hex
+    out = []
+    for name, value in fields:
+        out.append(f'--{b}\r\nContent-Disposition: form-data; name="{name}"\r\n\r\n{value}\r\n'.encode())
+    for name, filename, data in files:
+        out.append(f'--{b}\r\nContent-Disposition: form-data; name="{name}"; filename="{filename}"\r\n'
+                   f"Content-Type: application/octet-stream\r\n\r\n".encode() + data + b"\r\n")
+    out.append(f"--{b}--\r\n".encode())
+    return b"".join(out), f"multipart/form-data; boundary={b}"
+
+
+def wav():
+    with open(JFK, "rb") as f:
+        return f.read()
+
+
+def inference(url, fields=(), data=None, headers=None, path="/inference", **kw):
+    body, ctype = multipart(fields, [("file", "jfk.wav", wav() if data is None else data)])
+    return http(url + path, body, {"Content-Type": ctype, **(headers or {})}, **kw)
+
+
+def error_of(status, headers, body):
+    assert headers["Content-Type"].startswith("application/json"), (status, body)
+    return json.loads(body)["error"]
+
+
+def assert_serves(url, **kw):
+    """A good request right after: the server still transcribes."""
+    status, _, body = inference(url, **kw)
+    assert status == 200, body
+    assert JFK_WORDS in json.loads(body)["text"]
+
+
+# -- whisper.cpp's /inference -----------------------------------------------------------------
+
+
+def test_health_before_any_request(main):
+    status, headers, body = http(main + "/health")
+    h = json.loads(body)
+    assert status == 200 and h["status"] == "ok"
+    assert h["model"]["name"] == "tiny.en" and h["model"]["n_audio_layer"] == 4
+    assert h["model"]["n_vocab"] == 51864 and h["model"]["multilingual"] is False
+    assert h["loads"] == 1 and h["unloads"] == 0 and h["last_load_ms"] > 0
+    assert h["connections"]["max"] == 8
+
+
+def test_multipart_json(main):
+    status, headers, body = inference(main, [("response_format", "json"), ("temperature", "0.0")])
+    assert status == 200 and headers["Content-Type"].startswith("application/json")
+    text = json.loads(body)["text"]
+    assert text.startswith("And so my fellow Americans") and JFK_WORDS in text
+
+
+def test_raw_wav_body(main):
+    status, headers, body = http(main + "/inference?response_format=text", wav(),
+                                 {"Content-Type": "audio/wav"})
+    assert status == 200 and headers["Content-Type"].startswith("text/plain")
+    assert JFK_WORDS in body.decode()
+
+
+def test_text_srt_vtt_verbose_json(main):
+    import srt
+    import webvtt
+
+    _, h, body = inference(main, [("response_format", "text"), ("timestamps", "true")])
+    lines = body.decode().splitlines()
+    assert h["Content-Type"].startswith("text/plain") and len(lines) == 2    # a line a segment
+    assert lines[0].startswith("And so my fellow Americans")
+
+    _, h, body = inference(main, [("response_format", "srt")])
+    cues = list(srt.parse(body.decode()))
+    assert h["Content-Type"].startswith("application/x-subrip") and len(cues) >= 1
+    assert cues[0].start.total_seconds() == 0 and cues[-1].end.total_seconds() <= 11.0
+    assert JFK_WORDS.split()[-1] in " ".join(c.content for c in cues)
+
+    _, h, body = inference(main, [("response_format", "vtt")])
+    assert h["Content-Type"].startswith("text/vtt") and body.startswith(b"WEBVTT\n")
+    cues = list(webvtt.from_string(body.decode()))
+    assert len(cues) >= 1 and cues[0].start == "00:00:00.000"
+
+    _, h, body = inference(main, [("response_format", "verbose_json"), ("vad", "true")])
+    v = json.loads(body)
+    assert v["task"] == "transcribe" and v["language"] == "english" and v["duration"] == 11.0
+    assert [s["id"] for s in v["segments"]] == list(range(len(v["segments"])))
+    assert all(0 <= s["start"] < s["end"] <= 11.0 for s in v["segments"])
+    assert {"tokens", "avg_logprob", "compression_ratio", "no_speech_prob", "seek"} <= set(v["segments"][0])
+    if "vad" in v.get("notes", {}):          # until transcribe() grows a VAD option
+        assert "VAD" in v["notes"]["vad"]
+
+
+def test_per_request_timestamps_override(main):
+    """timestamps=false on srt: one cue for the whole clip; true on json: same text either way."""
+    _, _, body = inference(main, [("response_format", "verbose_json"), ("timestamps", "false")])
+    segs = json.loads(body)["segments"]
+    assert len(segs) == 1 and segs[0]["start"] == 0.0 and segs[0]["end"] == 11.0
+    assert segs[0]["tokens"][0] < 50257                   # no timestamp tokens
+
+
+def test_cors_preflight_and_404(main):
+    status, headers, _ = http(main + "/inference", method="OPTIONS")
+    assert status == 204 and headers["Access-Control-Allow-Origin"] == "*"
+    assert "authorization" in headers["Access-Control-Allow-Headers"]
+    status, headers, body = http(main + "/nope")
+    assert status == 404 and "/nope" in error_of(status, headers, body)
+
+
+def test_page_is_served(main):
+    status, headers, body = http(main + "/")
+    assert status == 200 and headers["Content-Type"].startswith("text/html")
+    assert b'id="file"' in body and b'id="transcript"' in body
+
+
+# -- bad input: a 4xx that names the problem, then the server still serves ---------------------
+
+
+def _broken_multipart():
+    body, ctype = multipart([("response_format", "json")], [("file", "jfk.wav", wav())])
+    return body[:-30], ctype                  # the final boundary never arrives
+
+
+BAD = {
+    "empty body": (lambda: (b"", "audio/wav"), 400, "empty audio"),
+    "not audio": (lambda: multipart(files=[("file", "notes.txt", b"hello, this is text\n" * 50)]),
+                  400, "notes.txt: cannot decode audio"),
+    "truncated WAV": (lambda: multipart(files=[("file", "cut.wav", wav()[:100_000])]),
+                      400, "truncated WAV"),
+    "broken multipart": (_broken_multipart, 400, "broken multipart/form-data"),
+    "no file field": (lambda: multipart([("response_format", "json")]), 400, "no 'file' field"),
+    "oversized upload": (lambda: multipart(files=[("file", "big.wav", wav() * 6)]), 413,
+                         "upload too large"),
+    "unknown language": (lambda: multipart([("language", "xx")], [("file", "a.wav", wav())]), 400,
+                         "unknown language code 'xx'"),
+    "unknown format": (lambda: multipart([("response_format", "docx")], [("file", "a.wav", wav())]),
+                       400, "response_format 'docx'"),
+    "bad boolean": (lambda: multipart([("timestamps", "maybe")], [("file", "a.wav", wav())]), 400,
+                    "field 'timestamps' must be true or false"),
+    "bad temperature": (lambda: multipart([("temperature", "hot")], [("file", "a.wav", wav())]), 400,
+                        "field 'temperature' must be a number"),
+}
+
+
+def test_bad_input_gets_named_4xx_and_the_server_keeps_serving(main):
+    for what, (make, want_status, want_text) in BAD.items():
+        body, ctype = make()
+        status, headers, answer = http(main + "/inference", body, {"Content-Type": ctype})
+        assert status == want_status, (what, status, answer)
+        assert want_text in error_of(status, headers, answer), (what, answer)
+    assert_serves(main)
+    h = json.loads(http(main + "/health")[2])
+    assert h["status"] == "ok" and h["connections"]["active"] == 0 and not h["busy"]
+
+
+def test_oversized_by_content_length_alone(main):
+    """A client announcing far more than the limit is answered 413 without sending it."""
+    import http.client
+
+    host, port = main.split("//")[1].split(":")
+    c = http.client.HTTPConnection(host, int(port), timeout=30)
+    c.putrequest("POST", "/inference")
+    c.putheader("Content-Type", "audio/wav")
+    c.putheader("Content-Length", str(10 << 30))
+    c.endheaders()
+    r = c.getresponse()
+    assert r.status == 413 and "upload too large" in json.loads(r.read())["error"]
+    c.close()
+    assert_serves(main)
+
+
+# -- OpenAI's routes, through the official client ---------------------------------------------
+
+
+def test_openai_client_transcriptions(main):
+    from openai import OpenAI
+
+    with OpenAI(base_url=main + "/v1", api_key="unused", max_retries=0) as client:
+        with open(JFK, "rb") as f:
+            r = client.audio.transcriptions.create(model="whisper-1", file=f)
+        assert JFK_WORDS in r.text
+        with open(JFK, "rb") as f:
+            v = client.audio.transcriptions.create(model="whisper-1", file=f, language="en",
+                                                   response_format="verbose_json",
+                                                   timestamp_granularities=["segment"])
+        assert v.language == "english" and v.duration == 11.0 and JFK_WORDS in v.text
+        assert v.segments and v.segments[0].start == 0.0
+        with open(JFK, "rb") as f:
+            s = client.audio.transcriptions.create(model="whisper-1", file=f, response_format="srt")
+        assert s.startswith("1\n00:00:00,000 --> ")
+        assert [m.id for m in client.models.list()] == ["tiny.en"]
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")     # the client marks translations so
+def test_openai_client_errors(main):
+    import openai
+    from openai import OpenAI
+
+    with OpenAI(base_url=main + "/v1", api_key="unused", max_retries=0) as client:
+        with open(JFK, "rb") as f, pytest.raises(openai.BadRequestError) as e:
+            client.audio.translations.create(model="whisper-1", file=f)     # tiny.en: no
+        assert "English-only" in e.value.response.json()["error"]
+        with pytest.raises(openai.BadRequestError) as e:
+            client.audio.transcriptions.create(model="whisper-1", file=("x.wav", b"RIFF...."))
+        assert "cannot decode audio" in e.value.response.json()["error"]
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+def test_translation_and_detection_on_a_multilingual_model(servers):
+    from openai import OpenAI
+
+    url = servers["polyglot"].url
+    with OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0) as client:
+        with open(JFK, "rb") as f:
+            r = client.audio.translations.create(model="whisper-1", file=f,
+                                                 response_format="verbose_json")
+        assert r.task == "translate" and "country" in r.text
+    status, _, body = inference(url, [("response_format", "verbose_json")])
+    v = json.loads(body)
+    assert status == 200 and v["language"] == "english"
+    assert v["detected_language_probability"] > 0.5 and v["language_probabilities"]["en"] > 0.5
+
+
+# -- tokens and TLS ---------------------------------------------------------------------------
+
+
+def test_tls_with_the_minted_certificate_and_tokens(servers):
+    url = servers["secure"].url
+    assert url.startswith("https://")
+    cert = os.path.join(servers["tls_dir"], "cert.pem")
+    trusted = ssl.create_default_context(cafile=cert)     # the client trusts this one cert
+    with pytest.raises(urllib.error.URLError):           # and without it, verification fails
+        http(url + "/health", context=ssl.create_default_context())
+
+    status, _, body = http(url + "/health", context=trusted)      # open without a token
+    assert status == 200 and json.loads(body)["status"] == "ok"
+    assert http(url + "/", context=trusted)[0] == 200
+
+    status, headers, body = inference(url, context=trusted)
+    assert status == 401 and "missing token" in error_of(status, headers, body)
+    assert headers["WWW-Authenticate"].startswith("Bearer")
+    status, headers, body = inference(url, headers={"Authorization": "Bearer wrong"}, context=trusted)
+    assert status == 401 and error_of(status, headers, body) == "wrong token"
+    status, headers, body = http(url + "/v1/models", context=trusted)
+    assert status == 401
+    status, headers, body = inference(url, path="/inference?token=nope", context=trusted)
+    assert status == 401 and error_of(status, headers, body) == "wrong token"
+
+    assert_serves(url, headers={"Authorization": f"Bearer {TOKEN}"}, context=trusted)
+    assert_serves(url, path=f"/inference?token={TOKEN}", context=trusted)
+    log = servers["secure"].output()
+    assert "self-signed TLS minted" in log and TOKEN not in log     # ?token= is blanked in the log
+
+
+def test_minted_certificate_is_ecdsa_p256_for_loopback(servers):
+    from cryptography import x509
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    with open(os.path.join(servers["tls_dir"], "cert.pem"), "rb") as f:
+        cert = x509.load_pem_x509_certificate(f.read())
+    key = cert.public_key()
+    assert isinstance(key, ec.EllipticCurvePublicKey) and key.curve.name == "secp256r1"
+    san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert "localhost" in san.get_values_for_type(x509.DNSName)
+    assert oct(os.stat(os.path.join(servers["tls_dir"], "key.pem")).st_mode & 0o777) == "0o600"
+
+
+def test_openai_client_with_token(servers):
+    import openai
+    from openai import DefaultHttpxClient, OpenAI
+
+    url = servers["secure"].url
+    trusted = ssl.create_default_context(cafile=os.path.join(servers["tls_dir"], "cert.pem"))
+    for key, ok in (("wrong", False), (TOKEN, True)):
+        with OpenAI(base_url=url + "/v1", api_key=key, max_retries=0,
+                    http_client=DefaultHttpxClient(verify=trusted)) as client:
+            with open(JFK, "rb") as f:
+                if ok:
+                    assert JFK_WORDS in client.audio.transcriptions.create(model="whisper-1", file=f).text
+                else:
+                    with pytest.raises(openai.AuthenticationError):
+                        client.audio.transcriptions.create(model="whisper-1", file=f)
+
+
+# -- idle unload, and a full server ----------------------------------------------------------
+
+
+def _health(url):
+    return json.loads(http(url + "/health")[2])
+
+
+def test_health_across_unload_and_reload(servers):
+    url = servers["narrow"].url
+    assert_serves(url)                 # loaded now (reloaded, if it had gone idle since startup)
+    h = _health(url)
+    assert h["status"] == "ok" and h["unload_after"] == 1.0
+    loads, unloads, requests = h["loads"], h["unloads"], h["requests"]
+    t0 = time.monotonic()
+    while _health(url)["status"] != "idle":
+        assert time.monotonic() - t0 < 10, "the model was not unloaded after 1 s idle"
+        time.sleep(0.2)
+    h = _health(url)
+    assert h["unloads"] == unloads + 1 and h["loads"] == loads and h["idle_s"] >= 1.0
+    assert h["model"]["n_text_layer"] == 4                  # the shape is known while idle
+    assert_serves(url)                                       # reloads, then answers
+    h = _health(url)
+    assert h["status"] == "ok" and h["loads"] == loads + 1 and h["last_load_ms"] > 0
+    assert h["requests"] == requests + 1
+
+
+def test_full_server_answers_503_and_keeps_serving(servers):
+    url = servers["narrow"].url
+    results = []
+
+    def one():
+        status, headers, body = inference(url)
+        results.append((status, json.loads(body)))
+
+    threads = [threading.Thread(target=one) for _ in range(4)]   # 1 served, 1 waits, 2 refused
+    for t in threads:
+        t.start()
+        time.sleep(0.05)
+    for t in threads:
+        t.join(120)
+    statuses = sorted(s for s, _ in results)
+    assert len(results) == 4 and 200 in statuses and 503 in statuses, results
+    for status, body in results:
+        if status == 503:
+            assert "server busy" in body["error"]
+        else:
+            assert status == 200 and JFK_WORDS in body["text"]
+    assert_serves(url)
+    h = _health(url)
+    assert h["connections"] == {"active": 0, "waiting": 0, "max": 1} and not h["busy"]

@@ -1,0 +1,124 @@
+"""The test page at / in headless Chromium: choose fixtures/jfk.wav, see its transcript.
+
+Chromium is Debian's `chromium` (.ci/run installs it); it is driven over the Chrome DevTools
+Protocol with Tornado's own WebSocket client, so the test needs no driver and no extra Python
+package. The file goes in through DOM.setFileInputFiles, which fires the input's change event
+as a user's choice would; the page then POSTs it to /inference and writes the transcript. A
+screenshot of the result is saved as page.png in the test's tmp dir.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import os
+import shutil
+import subprocess
+import time
+import urllib.request
+
+import pytest
+from test_server import JFK, JFK_WORDS, Server
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+         "--disable-component-update", "--disable-sync", "--no-first-run",
+         "--disable-dev-shm-usage", "--window-size=900,720", "--remote-debugging-port=0"]
+
+pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium (apt-get install chromium)")
+
+
+class DevTools:
+    """The smallest CDP client: send a command, wait for its answer, ignore events."""
+
+    def __init__(self, ws):
+        self.ws, self.next_id = ws, 0
+
+    async def __call__(self, method, **params):
+        self.next_id += 1
+        await self.ws.write_message(json.dumps({"id": self.next_id, "method": method, "params": params}))
+        while True:
+            raw = await self.ws.read_message()
+            if raw is None:
+                raise RuntimeError(f"Chromium closed the DevTools connection during {method}")
+            msg = json.loads(raw)
+            if msg.get("id") == self.next_id:
+                if "error" in msg:
+                    raise RuntimeError(f"{method}: {msg['error']}")
+                return msg["result"]
+
+    async def js(self, expression):
+        r = await self("Runtime.evaluate", expression=expression, returnByValue=True)
+        return r["result"].get("value")
+
+    async def until(self, expression, timeout):
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < timeout:
+            value = await self.js(expression)
+            if value:
+                return value
+            await asyncio.sleep(0.1)
+        raise TimeoutError(f"{expression} stayed false for {timeout} s")
+
+
+def _devtools_port(profile, proc, timeout=30):
+    path = os.path.join(profile, "DevToolsActivePort")
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        if os.path.exists(path):
+            with open(path) as f:
+                lines = f.read().split()
+            if lines:
+                return int(lines[0])
+        if proc.poll() is not None:
+            raise RuntimeError(f"chromium exited with {proc.returncode}")
+        time.sleep(0.1)
+    raise TimeoutError("chromium did not open its DevTools port")
+
+
+async def _drive(port, screenshot):
+    from tornado.websocket import websocket_connect
+
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    with opener.open(f"http://127.0.0.1:{port}/json/list", timeout=10) as r:
+        pages = [t for t in json.load(r) if t["type"] == "page"]
+    ws = await websocket_connect(pages[0]["webSocketDebuggerUrl"], max_message_size=64 << 20)
+    cdp = DevTools(ws)
+    try:
+        await cdp.until("document.readyState === 'complete' && "
+                        "document.getElementById('model').textContent.includes('tiny.en')", 30)
+        root = (await cdp("DOM.getDocument"))["root"]["nodeId"]
+        node = (await cdp("DOM.querySelector", nodeId=root, selector="#file"))["nodeId"]
+        await cdp("DOM.setFileInputFiles", files=[JFK], nodeId=node)
+        await cdp.until("document.getElementById('transcript').dataset.done === '1'", 120)
+        text = await cdp.js("document.getElementById('transcript').textContent")
+        status = await cdp.js("document.getElementById('status').textContent")
+        await cdp.until("document.getElementById('model').textContent.includes('1 requests')", 10)
+        shot = await cdp("Page.captureScreenshot", format="png")
+        with open(screenshot, "wb") as f:
+            f.write(base64.b64decode(shot["data"]))
+        return text, status
+    finally:
+        ws.close()
+
+
+def test_page_uploads_a_clip_and_shows_its_transcript(tmp_path):
+    server = Server(str(tmp_path), "page", "tiny.en").wait()
+    profile = tmp_path / "chromium-profile"
+    browser = subprocess.Popen([CHROMIUM, *FLAGS, f"--user-data-dir={profile}", server.url + "/"],
+                               stdout=subprocess.DEVNULL, stderr=open(tmp_path / "chromium.log", "w"))
+    try:
+        port = _devtools_port(str(profile), browser)
+        text, status = asyncio.run(_drive(port, str(tmp_path / "page.png")))
+    finally:
+        browser.terminate()
+        try:
+            browser.wait(10)
+        except subprocess.TimeoutExpired:
+            browser.kill()
+        server.stop()
+    assert JFK_WORDS in text, (text, status)
+    assert status.startswith("jfk.wav: ") and status.endswith(" ms")
+    assert (tmp_path / "page.png").stat().st_size > 10_000
+    assert "200 POST /inference" in server.output()
