@@ -129,3 +129,29 @@ def test_same_body_under_the_cuda_simulator():
     diff = json.loads(lines[-1][7:])["maxdiff"]
     print(f"CPU vs CUDA simulator: max |Δ| {diff:.2e}")
     assert diff <= 1e-5
+
+
+PTX = r"""
+import sys
+sys.path.insert(0, sys.argv[1])
+from numba import cuda, types
+from nwhisper.kernels.vad_ops import silero_chunk
+f1, f2, f3 = (types.Array(types.float32, n, "C") for n in (1, 2, 3))
+sig = (types.int64, f2, f2, f2, f2, f1, f2, f3, f1, f3, f1, f3, f1, f3, f1, f2, f2, f1, f1, f1,
+       f2, f3, f3, f3, f2, f2, f2, f2, f3)
+ptx, _ = cuda.compile_ptx(silero_chunk, sig, device=True, cc=(7, 5))
+print("F64" if ".f64" in ptx else "OK", len(ptx.splitlines()))
+"""
+
+
+@pytest.mark.cudasim
+@pytest.mark.slow
+def test_body_compiles_for_cuda_in_float32():
+    """The real CUDA compiler (NVVM, no GPU needed) takes the body, and no float64 is left."""
+    pytest.importorskip("numba_cuda", reason="numba-cuda is not installed (the [cuda] extra)")
+    nvvm = pytest.importorskip("numba.cuda.cudadrv.nvvm")
+    if not nvvm.is_available():
+        pytest.skip("NVVM is not available")
+    proc = subprocess.run([sys.executable, "-c", PTX, ROOT], capture_output=True, text=True,
+                          timeout=600)
+    assert proc.stdout.startswith("OK"), f"{proc.stdout}\n{proc.stderr[-3000:]}"

@@ -10,14 +10,17 @@ Reference: silero-vad 6.x `silero_vad.onnx` (16 kHz branch); PEERS.md §7 gives 
     4 x (Conv1d k=3 pad=1 + ReLU): 129->128 s1, 128->64 s2, 64->64 s2, 64->128 s1  -> [1, 128]
     LSTMCell(128, 128), gates i, f, g, o (PyTorch order)
     p = sigmoid(w . relu(h') + b)
-Every dot product is summed in the order onnxruntime's MLAS sums it, so that the probabilities
-agree to ~1e-6 rather than ~3e-5 (the network is that sensitive at a few chunks: float32 rounding
-in the encoder moves p by 1e-5): each convolution is im2col + SGEMM, one fused multiply-add
-chain per output from zero over (input channel, tap), the bias added after; the LSTM's gates are
-(x W_ih^T) + (h W_hh^T), each its own chain, plus (b_ih + b_hh). The chains run over the inputs
-in the outer loop and the outputs in the inner one: contiguous, independent lanes that vectorise
-without reassociating any sum. So the weights come in transposed: (in, tap, out) and (in, out),
-by nwhisper.vad.silero.
+Every dot product is summed in the order onnxruntime's MLAS sums it (sgemm.cpp and the x86-64
+SgemmKernel*.S kernels), so that the probabilities agree to ~4e-6 rather than ~3e-5: at a few
+chunks the network is that sensitive to float32 rounding in the encoder. The STFT and encoders 0
+and 1 (several output frames) are im2col + SGEMM: one multiply-add chain per output from zero over
+(input channel, tap), the bias added after. Encoders 2 and 3 have one output frame, for which
+MLAS takes its M=1 path: a dot product in 8 lanes by index mod 8, the lanes added as
+((l0+l1)+l2)+l3 + ((l4+l5)+l6)+l7. The LSTM's gates are (x W_ih^T) + (h W_hh^T), each its own
+chain (its prepacked weights take the SGEMM path), plus (b_ih + b_hh); the decoder's 1x1 conv
+sums four products at a time. The chains run over the inputs in the outer loop and the outputs
+in the inner one: contiguous, independent lanes that vectorise without reassociating any sum. So
+the weights come in transposed, (in, tap, out) and (in, out), by nwhisper.vad.silero.
 """
 
 import math
