@@ -137,5 +137,16 @@ def encode(args, output, device):
     click.echo(f"{output}: {states.shape[0]} x {states.shape[1]} float32")
 
 
+def _register():
+    """Commands that live in their own modules (each defines `command`)."""
+    from . import serve, vad
+
+    for mod in (serve, vad):
+        cli.add_command(mod.command)
+
+
+_register()
+
+
 def main():
     cli()
