@@ -118,7 +118,7 @@ print("REPORT", json.dumps({"maxdiff": diff}))
 @pytest.mark.cudasim
 @pytest.mark.slow
 def test_same_body_under_the_cuda_simulator():
-    """The one kernel body, launched as a CUDA grid under Numba's simulator (2 streams, 3 chunks)."""
+    """The one kernel body as a CUDA grid under Numba's simulator (2 streams, 3 chunks)."""
     pytest.importorskip("numba_cuda", reason="numba-cuda is not installed (the [cuda] extra)")
     env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
     proc = subprocess.run([sys.executable, "-c", SIM, ROOT], env=env, capture_output=True,

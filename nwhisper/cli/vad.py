@@ -6,7 +6,6 @@ transcribed, speech t0..t1 where the voice itself began and ended, and "closed" 
 endpointer knew (the voice's end + the closing pause). No model is needed.
 """
 
-import dataclasses
 import json
 import sys
 
@@ -22,7 +21,7 @@ def vad(audio, partials, pause, legacy, energy, near_db, threshold, max_utt_ms, 
         levels, as_json):
     """Print the utterances (and partial points) the live endpointer cuts AUDIO into."""
     from ..io.audio import AudioError, load_audio
-    from ..vad import EndpointerOptions, run
+    from ..vad import EndpointerOptions, message, run
     from ..vad.silero import weights_available
 
     kw = dict(partials=partials, partial_ms=partial_ms, threshold=threshold,
@@ -40,8 +39,7 @@ def vad(audio, partials, pause, legacy, energy, near_db, threshold, max_utt_ms, 
     events = run(x, opts, vad=kind)
     if as_json:
         for e in events:
-            click.echo(json.dumps({"type": e.kind, **{k: v for k, v in
-                                   dataclasses.asdict(e).items() if k != "kind"}}))
+            click.echo(json.dumps(message(e)))
         return
     mode = "legacy" if legacy else ("pause %d ms" % pause if pause else "learned pause")
     click.echo(f"# {audio}: {len(x) / 16000:.2f} s, vad {kind}, {mode}, near_db "

@@ -7,7 +7,7 @@
 """
 
 from nwhisper.vad.endpointer import End, Endpointer, EndpointerOptions, Level, Partial, Start
-from nwhisper.vad.stream import VadStream, run
+from nwhisper.vad.stream import VadStream, message, run
 
 __all__ = ["End", "Endpointer", "EndpointerOptions", "Level", "Partial", "Start", "VadStream",
-           "run"]
+           "message", "run"]

@@ -177,10 +177,8 @@ class Endpointer:
         self.noise_db = -60.0
         self.speech_db = None
         self.p_noise = 0.0
-        self.pause_ms = self.o.pause_ms if self.o.pause_ms else self.o.start_pause_ms
-        if self.o.learning:
-            self.pause_ms = self.o.start_pause_ms
-        self.last_end = None                         # (chunk, speech end chunk) of the last close
+        self.pause_ms = self.o.pause_ms or self.o.start_pause_ms   # learning starts from it
+        self.last_end = None                         # (closed at, speech end, t1) of the last close
         self._forget()
 
     # -- the per-chunk step -------------------------------------------------------------------

@@ -2,8 +2,8 @@
 
 It hears loudness, not a voice: p(speech) rises with how far a chunk stands above a noise floor
 that it tracks itself (from the first chunk; down at once, up slowly: 3 dB a second), so a steady
-fan is learned away but music or a television is not. Same interface as Silero: one 512-sample chunk in, a number in
-[0, 1] out, so the endpointer takes either.
+fan is learned away but music or a television is not. Same interface as Silero: one 512-sample
+chunk in, a number in [0, 1] out, so the endpointer takes either.
 """
 
 import math

@@ -73,7 +73,8 @@ def load_weights(path=WEIGHTS):
     bias = get("decoder.rnn.bias_ih") + get("decoder.rnn.bias_hh")
     wout = get("decoder.decoder.2.weight", (1, HIDDEN, 1)).reshape(HIDDEN)
     bout = get("decoder.decoder.2.bias", (1,))
-    return (np.ascontiguousarray(stft_basis().T), w0, b0, w1, b1, w2, b2, w3, b3, wih, whh, bias, wout, bout)
+    basis = np.ascontiguousarray(stft_basis().T)
+    return (basis, w0, b0, w1, b1, w2, b2, w3, b3, wih, whh, bias, wout, bout)
 
 
 class Silero:
@@ -114,7 +115,7 @@ class Silero:
         return float(self.step(np.reshape(chunk, (1, CHUNK)))[0])
 
     def probs(self, audio):
-        """p(speech) per chunk of `audio` (1-D, 16 kHz; the tail zero-padded), from a reset state."""
+        """p(speech) per chunk of `audio` (1-D, 16 kHz; tail zero-padded), from a reset state."""
         if self.streams != 1:
             raise ValueError("Silero.probs runs one stream; make it with streams=1")
         x = np.asarray(audio, np.float32)

@@ -11,6 +11,8 @@ p(speech) and measures each chunk's level, and steps the endpointer once per chu
 endpointer's events carry times on the stream's clock (seconds since the first sample).
 """
 
+import dataclasses
+
 import numpy as np
 
 from nwhisper.vad.endpointer import Endpointer, EndpointerOptions
@@ -62,6 +64,13 @@ class VadStream:
 
     def reset(self):
         self.endpointer.reset()
+
+
+def message(event):
+    """An event as the WebSocket's JSON object: {"type": "start" | "partial" | "end" | "level",
+    ...its fields}, times in seconds on the stream's clock."""
+    fields = {k: v for k, v in dataclasses.asdict(event).items() if k != "kind"}
+    return {"type": event.kind, **fields}
 
 
 def run(audio, options=None, vad="auto", be=None, **kw):
