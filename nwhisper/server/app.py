@@ -326,10 +326,14 @@ def _transcribe(model, samples, kwargs):          # in the model's worker thread
 
 
 def _language(value, default):
+    """A request's language: None (detect) for '', 'auto'; 'EN', 'en-US', 'en_GB' → 'en'."""
     if value is None:
         return default
-    value = value.strip().lower()
-    return None if value in ("", "auto") else value
+    value = value.strip().lower().replace("_", "-")
+    if value in ("", "auto"):
+        return None
+    base = value.split("-")[0]
+    return base if "-" in value and len(base) in (2, 3) else value
 
 
 def _format(value, default="json"):

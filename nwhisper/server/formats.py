@@ -9,10 +9,12 @@ srt, vtt      subtitles, from nwhisper.writers (openai-whisper's layout: srt cue
               from 1 with hours always; vtt with hours only when the recording has them).
 verbose_json  OpenAI's TranscriptionVerbose: task, language (the full English name, as OpenAI
               returns it), duration, text, segments [{id (from 0), seek, start, end, text, tokens,
-              temperature, avg_logprob, compression_ratio, no_speech_prob}]. whisper.cpp's extra
-              fields (detected_language, detected_language_probability, language_probabilities)
-              are added by the /inference route, and `notes` says which request fields this build
-              accepted but could not honour (e.g. vad without a VAD).
+              temperature, avg_logprob, compression_ratio, no_speech_prob}], and `words`
+              [{word, start, end, probability}] (in each segment and, as OpenAI has them, once
+              at the top level) when word timestamps were asked for and the model made them.
+              whisper.cpp's extra fields (detected_language, detected_language_probability,
+              language_probabilities) are added by the /inference route, and `notes` says which
+              request fields this build accepted but could not honour (e.g. vad without a VAD).
 """
 
 from __future__ import annotations
@@ -43,7 +45,8 @@ LANGUAGE_NAMES = dict(zip(LANGUAGE_CODES, (
     "yoruba somali afrikaans occitan georgian belarusian tajik sindhi gujarati amharic yiddish "
     "lao uzbek faroese haitian_creole pashto turkmen nynorsk maltese sanskrit luxembourgish "
     "myanmar tibetan tagalog malagasy assamese tatar hawaiian lingala hausa bashkir javanese "
-    "sundanese cantonese").replace("_", " ").split()))
+    "sundanese cantonese").split()))
+LANGUAGE_NAMES = {code: name.replace("_", " ") for code, name in LANGUAGE_NAMES.items()}
 
 
 def transcript(segments):
@@ -74,8 +77,11 @@ def verbose(segments, info, task, temperature=0.0):
         })
         if getattr(s, "words", None):
             out[-1]["words"] = [_word(w) for w in s.words]
-    return {"task": task, "language": LANGUAGE_NAMES.get(info.language, info.language),
-            "duration": info.duration, "text": transcript(segments), "segments": out}
+    d = {"task": task, "language": LANGUAGE_NAMES.get(info.language, info.language),
+         "duration": info.duration, "text": transcript(segments), "segments": out}
+    if any("words" in s for s in out):         # OpenAI lists the words once, at the top level
+        d["words"] = [w for s in out for w in s.get("words", ())]
+    return d
 
 
 def _word(w):
