@@ -141,6 +141,14 @@ def log_mel(be, signal, n_frames, live):
     return [be.download(out)]
 
 
+def silero_vad(be, chunks):
+    """Silero's whole chunk kernel, two streams, state carried over successive chunks."""
+    from nwhisper.vad.silero import Silero
+
+    vad = Silero(be, streams=2)
+    return [np.asarray(vad.step(c)) for c in chunks]
+
+
 def bf16(x):
     """bf16 bit patterns (uint16) of x, truncated."""
     return (x.view(np.uint32) >> 16).astype(np.uint16)
@@ -168,6 +176,7 @@ CASES = [
     ("attention_full", attention, (rand(6, 16), rand(6, 16), rand(6, 16), 2, False, 0)),
     ("attention_causal", attention, (rand(3, 16), rand(7, 16), rand(7, 16), 2, True, 4)),
     ("log_mel", log_mel, (rand(5 * 4 + 16).astype(np.float64), 8, 5)),
+    ("silero_vad", silero_vad, (rand(2, 2, 512) * 0.1,)),
     ("attention_decode", attention, (rand(1, 16), rand(8, 16), rand(8, 16), 4, True, 7)),
 ]
 
