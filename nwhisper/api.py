@@ -18,7 +18,7 @@ from .io.audio import load_audio
 from .io.registry import DEFAULT_MODEL, load_checkpoint
 from .model import Whisper
 from .tokenizer import Tokenizer
-from .transcribe import Transcriber
+from .transcribe import TranscribeOptions, Transcriber, transcribe_speech
 
 
 class WhisperModel:
@@ -42,18 +42,47 @@ class WhisperModel:
         return self.backend.download(self.model.encode(mel))
 
     def transcribe(self, audio, language=None, task="transcribe", max_tokens=224,
-                   timestamps=False, condition_on_previous_text=True):
-        """audio: a path, bytes, or 16 kHz mono float32 samples → ([Segment], TranscriptionInfo)."""
+                   timestamps=False, condition_on_previous_text=True, beam_size=None, best_of=5,
+                   patience=1.0, temperature=0.0, compression_ratio_threshold=2.4,
+                   logprob_threshold=-1.0, no_speech_threshold=0.6, word_timestamps=False,
+                   vad=False, progress=None):
+        """audio: a path, bytes, or 16 kHz mono float32 samples → ([Segment], TranscriptionInfo).
+
+        language: a code (any case; an unknown one is named in the error), None to detect it on a
+        multilingual model. temperature: a number, or a sequence for openai's fallback ladder
+        (`transcribe.FALLBACK_TEMPERATURES`). no_speech_threshold: None or ≥ 1 never skips a
+        window. vad: skip non-speech first (True: the energy detector; or a function
+        speech_regions(samples, sr) → [(start, end)] in samples); times stay on the
+        recording's clock. progress(done_s, total_s): called after every long-form window."""
         if task not in ("transcribe", "translate"):
             raise ValueError(f"task must be 'transcribe' or 'translate', not {task!r}")
         if task == "translate" and not self.dims.is_multilingual:
             raise ValueError("this model is English-only: it cannot translate")
         if language is not None:
-            language = language.strip().lower()
+            language = normalize_language(language)
             self.tokenizer.language_id(language)    # an unknown code is named in the error
-        return self._transcriber.transcribe(_samples(audio), language=language, task=task,
-                                            max_tokens=max_tokens, timestamps=timestamps,
-                                            condition_on_previous_text=condition_on_previous_text)
+            if not self.dims.is_multilingual and language != "en":
+                raise ValueError(f"this model is English-only; it cannot transcribe language '{language}'")
+        if beam_size is not None and beam_size < 1:
+            raise ValueError(f"beam_size must be at least 1, not {beam_size}")
+        temps = tuple(float(t) for t in temperature) if isinstance(temperature, (tuple, list)) else (float(temperature),)
+        opts = TranscribeOptions(
+            language=language, task=task, max_tokens=max_tokens, timestamps=timestamps,
+            condition_on_previous_text=condition_on_previous_text, beam_size=beam_size,
+            best_of=best_of, patience=patience, temperature=temps,
+            compression_ratio_threshold=compression_ratio_threshold,
+            logprob_threshold=logprob_threshold, no_speech_threshold=no_speech_threshold,
+            word_timestamps=word_timestamps)
+        samples = _samples(audio)
+        if vad:
+            return transcribe_speech(self._transcriber, samples, opts, vad, progress)
+        return self._transcriber.transcribe(samples, opts, progress=progress)
+
+
+def normalize_language(code):
+    """'EN', ' en ', 'en-US', 'en_GB' → 'en' (a region or script suffix is dropped)."""
+    c = str(code).strip().lower().replace("_", "-")
+    return c.split("-")[0] if "-" in c and len(c.split("-")[0]) in (2, 3) else c
 
 
 def _samples(audio):

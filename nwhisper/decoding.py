@@ -15,11 +15,21 @@ and then one token per decoder step, each the argmax of the logits after the fil
 Without timestamps the filters are one additive mask on the device, the argmax runs on the
 device, and one int32 comes back per step. With timestamps the rules look at the sequence so far
 and at log-probabilities, which is done on the host.
+
+Beyond greedy (openai-whisper's decoding.py, piece for piece):
+
+  * `BeamSearchDecoder` — N hypotheses decoded as N rows of ONE decoder call per step (each row
+    with its own KV cache, reordered as beams are kept and dropped; `Whisper.decode_batch`), the
+    top N+1 tokens of every beam as candidates, finished sequences collected until N of them
+    (patience 1), ranked by sum log-prob / length;
+  * sampling at temperature T > 0 with best_of rows, again one batched call per step;
+  * `compression_ratio`, the fallback signal (gzip ratio of the text, zlib here as openai).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import zlib
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -36,6 +46,10 @@ class DecodingOptions:
     timestamps: bool = False            # decode Whisper's timestamp tokens
     max_initial_timestamp: float = 1.0  # the first timestamp may not exceed this (seconds)
     prompt: tuple = ()                  # previous text tokens (conditioning), without <|startofprev|>
+    temperature: float = 0.0            # 0: argmax (or beam search); > 0: sampling
+    beam_size: int | None = None        # None or 1: greedy; N: beam search with N beams (T = 0)
+    best_of: int | None = None          # samples drawn at T > 0, the most probable kept
+    patience: float = 1.0               # beam search stops after round(N · patience) finished
 
 
 @dataclass
@@ -45,11 +59,23 @@ class DecodingResult:
     no_speech_prob: float = float("nan")
     language: str | None = None
     prompt: list = field(default_factory=list)
+    temperature: float = 0.0
+    text: str = ""
+
+    @property
+    def compression_ratio(self):
+        return compression_ratio(self.text)
 
     @property
     def avg_logprob(self):
         # openai-whisper divides by len + 1: the end-of-text token's log-probability is included.
         return self.sum_logprob / (len(self.tokens) + 1)
+
+
+def compression_ratio(text):
+    """len(utf-8) / len(zlib(utf-8)) — openai-whisper's repetition signal (> 2.4: fall back)."""
+    b = text.encode("utf-8")
+    return len(b) / len(zlib.compress(b)) if b else 0.0
 
 
 def build_prompt(tok, options: DecodingOptions, multilingual: bool):
@@ -130,6 +156,37 @@ class TimestampRules:
             logits[:b] = NEG_INF
 
 
+class HostFilters:
+    """The logit filters on the host, for decoders that look at whole rows (beam, sampling):
+    the suppressed tokens, suppress-at-begin, and the timestamp rules when enabled."""
+
+    def __init__(self, decoder, options):
+        self.always, self.begin = decoder.always, decoder.begin
+        self.rules = (TimestampRules(decoder.tok, decoder.n_vocab, options.max_initial_timestamp)
+                      if options.timestamps else None)
+
+    def __call__(self, row, sampled):
+        row[self.always] = NEG_INF
+        if not sampled:
+            row[self.begin] = NEG_INF
+        if self.rules is not None:
+            self.rules.apply(row, sampled)
+        return row
+
+
+def _start(model, tok, enc, prompt):
+    """Decode the prompt on a fresh one-row state; (state, device logits of the last position,
+    no-speech probability read at <|startoftranscript|>)."""
+    be = model.be
+    state = model.new_state(enc)
+    logits = model.decode(state, np.asarray(prompt, np.int32))
+    nsp = float("nan")
+    if tok.no_speech is not None:
+        i = prompt.index(tok.sot)
+        nsp = float(np.exp(log_softmax(be.download(logits[i:i + 1])[0])[tok.no_speech]))
+    return state, logits[len(prompt) - 1:len(prompt)], nsp
+
+
 class GreedyDecoder:
     """Greedy decoding of one window on a `Whisper` model."""
 
@@ -145,12 +202,122 @@ class GreedyDecoder:
         mask[0, begin] = NEG_INF
         self.mask_begin = self.be.upload(mask)
         self.best = self.be.empty((1,), np.int32)
+        self.rng = np.random.default_rng(0)     # sampling is reproducible run to run
 
     def decode(self, enc, options: DecodingOptions, prompt=None):
-        """Decode one window whose encoder states are `enc` (on the device)."""
+        """Decode one window whose encoder states are `enc` (on the device): greedy at T = 0,
+        beam search when options.beam_size > 1, best-of sampling at T > 0."""
         tok, model, be = self.tok, self.model, self.be
         if prompt is None:
             prompt = build_prompt(tok, options, model.dims.is_multilingual)
+        if options.temperature > 0:
+            res = self._sample(enc, options, prompt)
+        elif options.beam_size and options.beam_size > 1:
+            res = self._beam(enc, options, prompt)
+        else:
+            res = self._greedy(enc, options, prompt)
+        res.temperature = options.temperature
+        res.text = tok.decode([t for t in res.tokens if t < tok.eot])
+        return res
+
+    def _limit(self, options, prompt):
+        return max(0, min(options.max_tokens, self.model.dims.n_text_ctx - len(prompt)))
+
+    def _beam(self, enc, options, prompt):
+        """openai-whisper's BeamSearchDecoder with MaximumLikelihoodRanker (length_penalty None),
+        the N beams as N rows of one batched decoder call per step."""
+        tok, model, be = self.tok, self.model, self.be
+        n = options.beam_size
+        filters = HostFilters(self, options)
+        single, last, nsp = _start(model, tok, enc, prompt)
+        limit = self._limit(options, prompt)
+        max_finished = round(n * options.patience)
+        rows = be.download(last)                  # one row at the start: all beams are the prompt
+        beams, sums = [[]], [0.0]
+        batch = None
+        finished = {}
+        for step in range(limit):
+            cand = {}
+            for b, seq in enumerate(beams):
+                lp = log_softmax(filters(rows[b].copy(), seq))
+                top = np.argpartition(-lp, n + 1)[:n + 1]
+                for t in top[np.argsort(-lp[top], kind="stable")]:
+                    key = tuple(seq) + (int(t),)
+                    if key not in cand:
+                        cand[key] = (sums[b] + float(lp[t]), b)
+            keep, new_finished = [], {}
+            for key in sorted(cand, key=lambda k: cand[k][0], reverse=True):
+                if key[-1] == tok.eot:
+                    new_finished[key] = cand[key][0]
+                else:
+                    keep.append(key)
+                    if len(keep) == n:
+                        break
+            while len(keep) < n:                   # the batch keeps n rows whatever happens
+                keep.append(keep[0])
+            for key in sorted(new_finished, key=new_finished.get, reverse=True):
+                if len(finished) >= max_finished:
+                    break
+                finished[key] = new_finished[key]
+            if len(finished) >= max_finished or step == limit - 1:
+                beams, sums = [list(k) for k in keep], [cand[k][0] for k in keep]
+                break
+            if batch is None:
+                batch = model.new_batch(single, n)
+            else:
+                batch.reorder([cand[k][1] for k in keep])
+            beams, sums = [list(k) for k in keep], [cand[k][0] for k in keep]
+            rows = be.download(model.decode_batch(batch, np.asarray([k[-1] for k in keep], np.int32)))
+        if len(finished) < max_finished:           # openai's finalize: add the unfinished best
+            for seq, sc in sorted(zip(beams, sums), key=lambda x: x[1], reverse=True):
+                if len(finished) >= max_finished:
+                    break
+                finished[tuple(seq) + (tok.eot,)] = sc
+        best = max(finished, key=lambda k: finished[k] / max(1, len(k) - 1))
+        return DecodingResult(tokens=list(best[:-1]), sum_logprob=finished[best], no_speech_prob=nsp,
+                              prompt=list(prompt))
+
+    def _sample(self, enc, options, prompt):
+        """best_of samples at temperature T as rows of one batched call per step; the one with
+        the highest sum log-prob / length is kept (openai's ranker)."""
+        tok, model, be = self.tok, self.model, self.be
+        n = max(1, options.best_of or 1)
+        filters = HostFilters(self, options)
+        single, last, nsp = _start(model, tok, enc, prompt)
+        limit = self._limit(options, prompt)
+        rng = self.rng
+        seqs = [[] for _ in range(n)]
+        sums = [0.0] * n
+        done = [False] * n
+        rows = np.repeat(be.download(last), n, axis=0)
+        batch = model.new_batch(single, n) if limit > 0 else None
+        for _ in range(limit):
+            nxt = []
+            for b in range(n):
+                if done[b]:
+                    nxt.append(tok.eot)
+                    continue
+                row = filters(rows[b].copy(), seqs[b])
+                lp = log_softmax(row)
+                z = row.astype(np.float64) / options.temperature
+                p = np.exp(z - z.max())
+                p /= p.sum()
+                t = int(rng.choice(len(p), p=p))
+                sums[b] += float(lp[t])
+                if t == tok.eot:
+                    done[b] = True
+                else:
+                    seqs[b].append(t)
+                nxt.append(t)
+            if all(done):
+                break
+            rows = be.download(model.decode_batch(batch, np.asarray(nxt, np.int32)))
+        best = max(range(n), key=lambda b: sums[b] / (len(seqs[b]) + 1))
+        return DecodingResult(tokens=seqs[best], sum_logprob=sums[best], no_speech_prob=nsp,
+                              prompt=list(prompt))
+
+    def _greedy(self, enc, options, prompt):
+        tok, model, be = self.tok, self.model, self.be
         state = model.new_state(enc)
         room = model.dims.n_text_ctx - len(prompt)
         limit = max(0, min(options.max_tokens, room))
@@ -168,6 +335,10 @@ class GreedyDecoder:
                 K.add(be, last, self.mask_begin if first else self.mask, last)
                 K.argmax(be, last, self.best)
                 t = int(be.download(self.best)[0])
+                # its log-probability (avg_logprob gates the no-speech skip and the fallback):
+                # the filtered row softmaxed in place on the device, one float comes back
+                K.softmax_rows(be, last)
+                result.sum_logprob += float(np.log(max(float(be.download(last[0:1, t:t + 1])[0, 0]), 1e-38)))
             else:
                 row = be.download(last)[0].copy()
                 row[self.always] = NEG_INF

@@ -123,6 +123,45 @@ class DecoderState:
             self.cross_v.append(v)
 
 
+class BatchState:
+    """B hypotheses of one window decoded side by side (beam search, best-of sampling).
+
+    Every row has its own self-attention KV cache (`self_k[layer]` is (B, n_ctx, width)) and all
+    share the window's cross K/V, so one step of B rows is one GEMM of B rows per projection —
+    the weights are read once for all hypotheses. Made from a one-row `DecoderState` that has
+    decoded the prompt: its cache is copied into every row (the prompt is decoded once).
+    `reorder(src)` makes row b continue hypothesis src[b] (beam search keeps, drops and
+    duplicates hypotheses every step)."""
+
+    def __init__(self, model, single: DecoderState, batch):
+        be, d = model.be, model.dims
+        n_ctx, width = d.n_text_ctx, d.n_text_state
+        self.be, self.batch, self.length = be, batch, single.length
+        self.cross_k, self.cross_v = single.cross_k, single.cross_v
+        self.self_k = [be.empty((batch, n_ctx, width), np.float32) for _ in model.dec_blocks]
+        self.self_v = [be.empty((batch, n_ctx, width), np.float32) for _ in model.dec_blocks]
+        self._spare_k = [be.empty((batch, n_ctx, width), np.float32) for _ in model.dec_blocks]
+        self._spare_v = [be.empty((batch, n_ctx, width), np.float32) for _ in model.dec_blocks]
+        n = single.length
+        for i in range(len(model.dec_blocks)):
+            for b in range(batch):
+                K.kv_write(be, self.self_k[i][b], 0, single.self_k[i][:n])
+                K.kv_write(be, self.self_v[i][b], 0, single.self_v[i][:n])
+
+    def reorder(self, src):
+        """Row b ← row src[b] (caches up to `length`); identity orders cost nothing."""
+        src = [int(s) for s in src]
+        if src == list(range(self.batch)):
+            return
+        n, be = self.length, self.be
+        for i in range(len(self.self_k)):
+            for b, s in enumerate(src):
+                K.kv_write(be, self._spare_k[i][b], 0, self.self_k[i][s][:n])
+                K.kv_write(be, self._spare_v[i][b], 0, self.self_v[i][s][:n])
+            self.self_k[i], self._spare_k[i] = self._spare_k[i], self.self_k[i]
+            self.self_v[i], self._spare_v[i] = self._spare_v[i], self.self_v[i]
+
+
 class Whisper:
     """A Whisper model's weights on a backend, with `encode` and `decode`."""
 
@@ -173,9 +212,55 @@ class Whisper:
         """A fresh decoder state for one window: empty KV cache, cross K/V from `enc`."""
         return DecoderState(self, enc)
 
-    def decode(self, state, ids):
+    def new_batch(self, single, batch):
+        """B rows continuing the one-row `single` state (which has decoded the prompt)."""
+        return BatchState(self, single, batch)
+
+    def decode_batch(self, state: BatchState, ids):
+        """One token for each of the B rows of `state` (ids (B,) int32), all at position
+        state.length → logits (B, n_vocab) on the device. The projections, the cross-attention
+        and the MLP run on the B rows together; only the self-attention is per row (each row
+        attends to its own cache)."""
+        be, d, s = self.be, self.dims, self.scratch
+        ids = be.upload(np.asarray(ids, np.int32)) if isinstance(ids, (list, tuple, np.ndarray)) else ids
+        n, width, pos = ids.shape[0], d.n_text_state, state.length
+        if n != state.batch:
+            raise ValueError(f"decode_batch: {n} ids for a state of {state.batch} rows")
+        if pos + 1 > d.n_text_ctx:
+            raise ValueError(f"decoder context is {d.n_text_ctx} tokens; {pos} + 1 do not fit")
+        x = s.get("dx", n, width)
+        K.embed(be, self.tok_emb, ids, x)
+        pe = s.get("dpe", n, width)
+        K.embed(be, self.dec_pos, be.upload(np.full(n, pos, np.int32)), pe)
+        K.add(be, x, pe, x)
+        for i, blk in enumerate(self.dec_blocks):
+            h = blk.attn_ln(be, x, s.get("h", n, width))
+            q = blk.attn.q(be, h, s.get("q", n, width))
+            k = blk.attn.k(be, h, s.get("k", n, width))
+            v = blk.attn.v(be, h, s.get("v", n, width))
+            a = s.get("a", n, width)
+            for b in range(n):
+                K.kv_write(be, state.self_k[i][b], pos, k[b:b + 1])
+                K.kv_write(be, state.self_v[i][b], pos, v[b:b + 1])
+                K.attention(be, q[b:b + 1], state.self_k[i][b][:pos + 1], state.self_v[i][b][:pos + 1],
+                            a[b:b + 1], d.n_text_head)
+            o = blk.attn.out(be, a, s.get("o", n, width))
+            K.add(be, x, o, x)
+            self._cross_attention(blk, x, n, state, i)
+            self._mlp(blk, x, n)
+        hh = s.get("dh", n, width)
+        self.dec_ln(be, x, hh)
+        logits = s.get("logits", n, d.n_vocab)
+        K.logits(be, hh, self.tok_emb, logits)
+        state.length = pos + 1
+        return logits
+
+    def decode(self, state, ids, cross_weights=None):
         """Run tokens `ids` (int32 device or host array, n ≥ 1) at positions state.length… and
-        return their logits (n, n_vocab) on the device; the KV cache grows by n."""
+        return their logits (n, n_vocab) on the device; the KV cache grows by n.
+
+        cross_weights: a dict {layer: None} to fill with each listed layer's cross-attention
+        probabilities, host (n_head, n, n_audio_ctx) float32 (word timestamps)."""
         be, d, s = self.be, self.dims, self.scratch
         ids = be.upload(np.asarray(ids, np.int32)) if isinstance(ids, (list, tuple, np.ndarray)) else ids
         n, width, pos = ids.shape[0], d.n_text_state, state.length
@@ -186,7 +271,9 @@ class Whisper:
         K.add_rows(be, x, self.dec_pos, pos)
         for i, blk in enumerate(self.dec_blocks):
             self._self_attention(blk, x, n, (state, i))
-            self._cross_attention(blk, x, n, state, i)
+            p = self._cross_attention(blk, x, n, state, i)
+            if cross_weights is not None and i in cross_weights:
+                cross_weights[i] = be.download(p)
             self._mlp(blk, x, n)
         h = s.get("dh", n, width)
         self.dec_ln(be, x, h)
@@ -227,9 +314,10 @@ class Whisper:
         h = blk.cross_ln(be, x, s.get("h", n, width))
         q = blk.cross.q(be, h, s.get("q", n, width))
         a = s.get("a", n, width)
-        K.attention(be, q, state.cross_k[i], state.cross_v[i], a, self.dims.n_text_head)
+        p = K.attention(be, q, state.cross_k[i], state.cross_v[i], a, self.dims.n_text_head)
         o = blk.cross.out(be, a, s.get("o", n, width))
         K.add(be, x, o, x)
+        return p
 
     def _mlp(self, blk, x, n):
         be, s, width = self.be, self.scratch, x.shape[1]

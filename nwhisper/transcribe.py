@@ -16,7 +16,7 @@ transcribed window by window. Two conventions, each chosen to match a reference 
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -41,6 +41,41 @@ class Segment:
     avg_logprob: float
     no_speech_prob: float
     temperature: float = 0.0
+    compression_ratio: float = 0.0
+    words: list | None = None     # [Word] with word timestamps
+
+
+@dataclass
+class Word:
+    start: float
+    end: float
+    word: str
+    probability: float
+
+
+@dataclass(frozen=True)
+class TranscribeOptions:
+    """The window loop's policy: openai-whisper's transcribe() arguments and defaults, except
+    the temperature — a single 0.0 (no fallback) unless the fallback ladder is asked for."""
+
+    language: str | None = None
+    task: str = "transcribe"
+    max_tokens: int = 224
+    timestamps: bool = False
+    condition_on_previous_text: bool = True
+    beam_size: int | None = None
+    best_of: int | None = 5
+    patience: float = 1.0
+    temperature: tuple = (0.0,)                 # openai's fallback: FALLBACK_TEMPERATURES
+    compression_ratio_threshold: float | None = 2.4
+    logprob_threshold: float | None = -1.0
+    no_speech_threshold: float | None = 0.6     # None or ≥ 1: never skip a window
+    word_timestamps: bool = False
+    prepend_punctuations: str = "\"'“¿([{-"
+    append_punctuations: str = "\"'.。,，!！?？:：”)]}、"
+
+
+FALLBACK_TEMPERATURES = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
 
 
 @dataclass
@@ -49,6 +84,8 @@ class TranscriptionInfo:
     language_probability: float
     duration: float               # seconds of audio
     all_language_probs: dict | None = None
+    duration_after_vad: float | None = None
+    speech_regions: list = field(default_factory=list)   # [(start_s, end_s)] with vad
 
 
 def _numbered(segments):
@@ -72,7 +109,7 @@ class Transcriber:
     """Runs the window loop of one model; `transcribe(audio)` → ([Segment], TranscriptionInfo)."""
 
     def __init__(self, model, tok, ck):
-        self.model, self.tok = model, tok
+        self.model, self.tok, self.ck = model, tok, ck
         self.decoder = GreedyDecoder(model, tok, ck)
         self.n_frames = 2 * model.dims.n_audio_ctx
 
@@ -85,52 +122,116 @@ class Transcriber:
         probs, best = detect_language(self.model, self.tok, enc)
         return best, probs[best], probs
 
-    def transcribe(self, audio, language=None, task="transcribe", max_tokens=224,
-                   timestamps=False, condition_on_previous_text=True):
+    def transcribe(self, audio, options: TranscribeOptions | None = None, progress=None, **kw):
+        """audio: 16 kHz float32 samples. options (or the same names as keywords).
+        progress(done_s, total_s) is called after every long-form window."""
+        opts = options or TranscribeOptions()
+        if kw:
+            if "temperature" in kw and not isinstance(kw["temperature"], (tuple, list)):
+                kw["temperature"] = (float(kw["temperature"]),)
+            opts = dataclasses.replace(opts, **kw)
         audio = np.asarray(audio, np.float32)
         duration = len(audio) / M.SAMPLE_RATE
-        n_mels = self.model.dims.n_mels
         if len(audio) <= M.N_SAMPLES:
-            return self._short_form(audio, duration, n_mels, language, task, max_tokens, timestamps)
-        return self._long_form(audio, duration, n_mels, language, task, max_tokens, condition_on_previous_text)
+            return self._short_form(audio, duration, opts)
+        return self._long_form(audio, duration, opts, progress)
 
-    def _short_form(self, audio, duration, n_mels, language, task, max_tokens, timestamps):
-        mel = M.log_mel(audio, n_mels, self.n_frames)
+    # ------------------------------------------------------------------ one window, with fallback
+    def _decode(self, enc, opts, lang, timestamps, prompt=()):
+        """openai's decode_with_fallback: at each temperature, decode; fall back to the next when
+        the text is too repetitive (compression ratio) or too improbable (avg log-prob) — unless
+        the model says the window is silence. All failing, the last result is kept."""
+        res = None
+        for t in opts.temperature:
+            d = DecodingOptions(task=opts.task, language=lang, max_tokens=opts.max_tokens,
+                                timestamps=timestamps, prompt=tuple(prompt), temperature=t,
+                                beam_size=opts.beam_size if t == 0 else None,
+                                best_of=opts.best_of if t > 0 else None, patience=opts.patience)
+            res = self.decoder.decode(enc, d)
+            too_repetitive = (opts.compression_ratio_threshold is not None
+                              and res.compression_ratio > opts.compression_ratio_threshold)
+            too_improbable = (opts.logprob_threshold is not None and res.avg_logprob < opts.logprob_threshold)
+            silence = (self._no_speech_gate(opts) and res.no_speech_prob > opts.no_speech_threshold)
+            if silence and too_improbable:
+                break
+            if not too_repetitive and not too_improbable:
+                break
+        return res
+
+    @staticmethod
+    def _no_speech_gate(opts):
+        return opts.no_speech_threshold is not None and opts.no_speech_threshold < 1
+
+    def _is_silence(self, res, opts):
+        """openai's skip: the model is sure there is no speech, and the text it wrote anyway is
+        improbable (a confident transcript survives a high no-speech probability)."""
+        if not self._no_speech_gate(opts) or not (res.no_speech_prob > opts.no_speech_threshold):
+            return False
+        return opts.logprob_threshold is None or res.avg_logprob < opts.logprob_threshold
+
+    # ------------------------------------------------------------------ the two conventions
+    def _short_form(self, audio, duration, opts):
+        mel = M.log_mel(audio, self.model.dims.n_mels, self.n_frames)
         enc = self.model.encode(mel)
-        lang, lang_p, probs = self._language(enc, language)
-        opts = DecodingOptions(task=task, language=lang, max_tokens=max_tokens, timestamps=timestamps)
-        res = self.decoder.decode(enc, opts)
+        lang, lang_p, probs = self._language(enc, opts.language)
         info = TranscriptionInfo(lang, lang_p, duration, probs)
+        timestamps = opts.timestamps
+        res = self._decode(enc, opts, lang, timestamps)
+        if self._is_silence(res, opts):
+            return [], info
         if timestamps:
             segments = self._split(res, 0, 0.0, self.n_frames, [])[0]
         else:
             segments = [self._segment(0, 0, 0.0, duration, res.tokens, res)]
-        return _numbered([s for s in segments if s.text.strip()]), info
+        segments = [s for s in segments if s.text.strip()]
+        if opts.word_timestamps and segments:
+            from .timing import add_word_timestamps
+            n_content = min(self.n_frames, len(audio) // M.HOP_LENGTH)
+            add_word_timestamps(self, segments, enc, lang, opts, n_content, 0.0, 0.0)
+        return _numbered(segments), info
 
-    def _long_form(self, audio, duration, n_mels, language, task, max_tokens, condition):
+    def _long_form(self, audio, duration, opts, progress=None):
         content = len(audio) // M.HOP_LENGTH
-        mel = M.log_mel(audio, n_mels, content + self.n_frames)
+        mel = M.log_mel(audio, self.model.dims.n_mels, content + self.n_frames)
         seek, segments, history = 0, [], []
+        prompt_reset = 0
         lang = info = None
+        last_speech = 0.0
         while seek < content:
             size = min(self.n_frames, content - seek)
             enc = self.model.encode(_pad_window(mel, seek, self.n_frames))
             if lang is None:
-                lang, lang_p, probs = self._language(enc, language)
+                lang, lang_p, probs = self._language(enc, opts.language)
                 info = TranscriptionInfo(lang, lang_p, duration, probs)
-            prompt = tuple(history[-(self.model.dims.n_text_ctx // 2 - 1):]) if condition else ()
-            opts = DecodingOptions(task=task, language=lang, max_tokens=max_tokens, timestamps=True, prompt=prompt)
-            res = self.decoder.decode(enc, opts)
+            ctx = history[prompt_reset:]
+            prompt = tuple(ctx[-(self.model.dims.n_text_ctx // 2 - 1):]) if ctx else ()
+            res = self._decode(enc, opts, lang, True, prompt)
             offset = seek * FRAME_SECONDS
-            if res.no_speech_prob > 0.6 and res.avg_logprob < -1.0:
+            if self._is_silence(res, opts):
                 seek += size            # the model is sure this window holds no speech
+                if progress:
+                    progress(min(seek, content) * FRAME_SECONDS, duration)
                 continue
             new, advance = self._split(res, seek, offset, size, segments)
             new = [s for s in new if s.text.strip() and s.end > s.start]   # empty ones are dropped,
-            for s in new:                                                 # and condition nothing
+            if opts.word_timestamps and new:                              # and condition nothing
+                from .timing import add_word_timestamps
+                last_speech = add_word_timestamps(self, new, enc, lang, opts, size, offset, last_speech)
+                single_ending = (len(res.tokens) >= 2 and res.tokens[-1] >= self.tok.timestamp_begin
+                                 and res.tokens[-2] < self.tok.timestamp_begin)
+                ends = [w.end for s in new for w in (s.words or [])]
+                if not single_ending and ends and ends[-1] > offset:
+                    advance = max(1, int(round(ends[-1] / FRAME_SECONDS)) - seek)
+            for s in new:
                 history.extend(s.tokens)
             segments.extend(new)
+            if not opts.condition_on_previous_text or res.temperature > 0.5:
+                prompt_reset = len(history)
             seek += advance
+            if progress:
+                progress(min(seek, content) * FRAME_SECONDS, duration)
+        if info is None:
+            info = TranscriptionInfo(opts.language or "en", 1.0, duration)
         return _numbered(segments), info
 
     def _split(self, res, seek, offset, size, earlier):
@@ -166,10 +267,102 @@ class Transcriber:
     def _segment(self, i, seek, start, end, tokens, res):
         text = self.tok.decode([t for t in tokens if t < self.tok.eot])
         return Segment(id=i, seek=seek, start=round(start, 3), end=round(end, 3), text=text,
-                       tokens=list(tokens), avg_logprob=res.avg_logprob, no_speech_prob=res.no_speech_prob)
+                       tokens=list(tokens), avg_logprob=res.avg_logprob, no_speech_prob=res.no_speech_prob,
+                       temperature=res.temperature, compression_ratio=res.compression_ratio)
 
 
 def as_dict(segments, info):
     return {"text": "".join(s.text for s in segments), "language": info.language,
             "language_probability": info.language_probability, "duration": info.duration,
             "segments": [dataclasses.asdict(s) for s in segments]}
+
+
+# ---------------------------------------------------------------------------------------------
+# --vad: transcribe only the speech, on the recording's clock
+
+VAD_CHUNK = 512                   # samples per detector decision (32 ms), the detectors' unit
+VAD_THRESHOLD = 0.5               # p(speech) of a chunk
+VAD_MIN_SILENCE_S = 1.0           # shorter pauses stay inside a region (words keep their context)
+VAD_MIN_SPEECH_S = 0.25           # shorter bursts are clicks, not words
+VAD_PAD_S = 0.4                   # kept on both sides of a region (faster-whisper's speech_pad_ms)
+
+
+def speech_regions(samples, sr=M.SAMPLE_RATE, detector=None):
+    """[(start, end)] in samples where `detector` (chunk of 512 → p(speech); default the energy
+    detector with its adaptive noise floor, nwhisper.vad.energy) hears speech: chunks above
+    VAD_THRESHOLD, pauses under VAD_MIN_SILENCE_S bridged, bursts under VAD_MIN_SPEECH_S
+    dropped, VAD_PAD_S of context added on both sides."""
+    if detector is None:
+        from .vad.energy import Energy
+        detector = Energy()
+    n = len(samples) // VAD_CHUNK
+    speech = [detector(samples[i * VAD_CHUNK:(i + 1) * VAD_CHUNK]) >= VAD_THRESHOLD for i in range(n)]
+    regions, start, gap = [], None, 0
+    max_gap = int(VAD_MIN_SILENCE_S * sr / VAD_CHUNK)
+    for i, s in enumerate(speech + [False] * (max_gap + 1)):
+        if s:
+            if start is None:
+                start = i
+            gap = 0
+        elif start is not None:
+            gap += 1
+            if gap > max_gap:
+                regions.append((start, i - gap + 1))
+                start, gap = None, 0
+    pad, out = int(VAD_PAD_S * sr), []
+    for a, b in regions:
+        a, b = a * VAD_CHUNK, min(len(samples), b * VAD_CHUNK)
+        if b - a < VAD_MIN_SPEECH_S * sr:
+            continue
+        a, b = max(0, a - pad), min(len(samples), b + pad)
+        if out and a <= out[-1][1]:
+            out[-1] = (out[-1][0], b)
+        else:
+            out.append((a, b))
+    return out
+
+
+class _Clock:
+    """Maps times in the concatenated speech back to the recording: chunk k of the speech
+    starts at `joined[k]` seconds there and at `orig[k]` seconds in the recording."""
+
+    def __init__(self, regions, sr):
+        self.orig = np.array([a / sr for a, _ in regions])
+        lengths = np.array([(b - a) / sr for a, b in regions])
+        self.joined = np.concatenate([[0.0], np.cumsum(lengths)[:-1]]) if len(regions) else np.zeros(0)
+        self.lengths = lengths
+
+    def __call__(self, t, end=False):
+        # an end time exactly at a junction belongs to the region before it
+        k = np.searchsorted(self.joined, t, side="left" if end else "right") - 1
+        k = int(min(max(k, 0), len(self.joined) - 1))
+        return round(float(self.orig[k] + min(t - self.joined[k], self.lengths[k])), 3)
+
+
+def transcribe_speech(tr, samples, opts, vad=True, progress=None):
+    """Transcribe only the speech regions of `samples`, joined end to end; segment and word
+    times mapped back to the recording's clock. Speech that straddles a 30 s window boundary
+    stays whole: windows advance by the last complete timestamp, as without VAD.
+    vad: True (the energy detector), a detector (chunk → p), or speech_regions-like function."""
+    sr = M.SAMPLE_RATE
+    if callable(vad) and hasattr(vad, "reset"):          # a detector: chunk → p(speech)
+        regions = speech_regions(samples, sr, vad)
+    elif callable(vad):                                  # speech_regions(samples, sr) → [(a, b)]
+        regions = vad(samples, sr)
+    else:
+        regions = speech_regions(samples, sr)
+    duration = len(samples) / sr
+    if not regions:
+        segs, info = [], TranscriptionInfo(opts.language or "en", 1.0, duration)
+        info.duration_after_vad, info.speech_regions = 0.0, []
+        return segs, info
+    joined = np.concatenate([samples[a:b] for a, b in regions])
+    clock = _Clock(regions, sr)
+    segs, info = tr.transcribe(joined, opts, progress=progress)
+    for s in segs:
+        s.start, s.end = clock(s.start), clock(s.end, end=True)
+        for w in s.words or []:
+            w.start, w.end = clock(w.start), clock(w.end, end=True)
+    info.duration, info.duration_after_vad = duration, len(joined) / sr
+    info.speech_regions = [(round(a / sr, 3), round(b / sr, 3)) for a, b in regions]
+    return segs, info

@@ -58,6 +58,42 @@ def _fmt_time(t):
     return f"{int(m):02d}:{s:05.2f}"
 
 
+def _temperatures(value):
+    """'0' → (0.0,); 'fallback' → openai's ladder; '0,0.2,0.4' → that ladder."""
+    from ..transcribe import FALLBACK_TEMPERATURES
+
+    if value == "fallback":
+        return FALLBACK_TEMPERATURES
+    try:
+        temps = tuple(float(t) for t in value.split(","))
+    except ValueError:
+        raise click.BadParameter(f"{value!r} is not a temperature, a comma-separated list of them, or 'fallback'")
+    if any(t < 0 for t in temps):
+        raise click.BadParameter(f"{value!r}: temperatures are ≥ 0")
+    return temps
+
+
+class _Progress:
+    """A one-line progress bar on stderr, drawn only when stderr is a terminal."""
+
+    def __init__(self, name):
+        self.name, self.on, self.drawn = name, sys.stderr.isatty(), False
+
+    def __call__(self, done, total):
+        if not self.on or total <= 0:
+            return
+        width = 30
+        k = int(width * min(done, total) / total)
+        sys.stderr.write(f"\r{self.name[-30:]} [{'#' * k}{'.' * (width - k)}] {_fmt_time(done)} / {_fmt_time(total)}")
+        sys.stderr.flush()
+        self.drawn = True
+
+    def close(self):
+        if self.drawn:
+            sys.stderr.write("\r\033[K")
+            sys.stderr.flush()
+
+
 @cli.command()
 @click.argument("args", nargs=-1, required=True, metavar="[MODEL] AUDIO...")
 @click.option("--lang", default=None, help="language code (en, fi, sv …); default: detect (English on .en models)")
@@ -65,18 +101,49 @@ def _fmt_time(t):
 @click.option("--max", "max_tokens", type=click.IntRange(1, 448), default=224, show_default=True,
               help="stop after N tokens per 30 s window")
 @click.option("--timestamps", is_flag=True, help="print [mm:ss.xx --> mm:ss.xx] segments")
+@click.option("--nospeech", type=click.FloatRange(0, 1), default=0.6, show_default=True,
+              help="skip a window the model is at least this sure holds no speech (1 disables)")
+@click.option("--beam", type=click.IntRange(1, 16), default=1, show_default=True,
+              help="beam search with N beams (1: greedy)")
+@click.option("--best-of", type=click.IntRange(1, 16), default=5, show_default=True,
+              help="samples drawn at each temperature > 0")
+@click.option("--temperature", default="0", show_default=True,
+              help="T, a list T1,T2,… tried in turn (openai's fallback), or 'fallback' for 0,0.2,…,1.0")
+@click.option("--word-timestamps", is_flag=True, help="word times from cross-attention (json; -f tsv/srt/vtt stay per segment)")
+@click.option("--vad", is_flag=True, help="skip non-speech first (energy detector); times stay on the recording's clock")
+@click.option("--no-condition", is_flag=True, help="do not give the previous window's text as the prompt")
+@click.option("-f", "--format", "fmt", type=click.Choice(["txt", "srt", "vtt", "json", "tsv", "all"]), default=None,
+              help="write files in this format (default: print to stdout)")
+@click.option("-o", "--output-dir", default=".", show_default=True, type=click.Path(file_okay=False),
+              help="where -f writes its files")
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
-def transcribe(args, lang, task, max_tokens, timestamps, device):
+def transcribe(args, lang, task, max_tokens, timestamps, nospeech, beam, best_of, temperature,
+               word_timestamps, vad, no_condition, fmt, output_dir, device):
     """Transcribe AUDIO files with MODEL (a name or path; default tiny.en)."""
+    from .. import writers
     from ..api import load
     from ..io.audio import AudioError
     from ..io.registry import KNOWN
 
+    temps = _temperatures(temperature)
     model_arg, files = _split_model(args, KNOWN)
     try:
         model = load(model_arg, device=device)
         for f in files:
-            segments, _ = model.transcribe(f, language=lang, task=task, max_tokens=max_tokens, timestamps=timestamps)
+            bar = _Progress(f)
+            try:
+                segments, info = model.transcribe(
+                    f, language=lang, task=task, max_tokens=max_tokens,
+                    timestamps=timestamps or (fmt not in (None, "txt")) or word_timestamps,
+                    no_speech_threshold=nospeech, beam_size=beam, best_of=best_of, temperature=temps,
+                    word_timestamps=word_timestamps, vad=vad,
+                    condition_on_previous_text=not no_condition, progress=bar)
+            finally:
+                bar.close()
+            if fmt is not None:
+                for path in writers.write(segments, info, f, fmt, output_dir):
+                    click.echo(path, err=True)
+                continue
             if len(files) > 1:
                 click.echo(f"# {f}")
             if timestamps:
