@@ -220,3 +220,16 @@ def test_addr():
     assert parse_addr("[::1]:0") == ("::1", 0)
     with pytest.raises(click.BadParameter, match="HOST:PORT"):
         parse_addr("localhost:http")
+
+
+def test_startup_notes():
+    from nwhisper.server.app import Config, startup_notes
+
+    host = types.SimpleNamespace(languages=("en", "fi"), accepts=frozenset({"audio", "language"}))
+    assert startup_notes(Config(host="127.0.0.1"), host) == []
+    notes = startup_notes(Config(host="0.0.0.0", vad=True), host)
+    assert any("WARNING: listening on 0.0.0.0 without a token" in n for n in notes)
+    assert any("no VAD option" in n for n in notes)
+    assert startup_notes(Config(host="0.0.0.0", token="t"), host) == []
+    with pytest.raises(ValueError, match="unknown language code 'xx'"):
+        startup_notes(Config(language="xx"), host)

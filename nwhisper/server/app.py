@@ -184,6 +184,7 @@ class Ask:
     temperature: float
     prompt: str | None
     words: bool
+    beam_size: int | None = None
 
 
 @web.stream_request_body
@@ -294,7 +295,9 @@ class TranscribeHandler(JsonHandler):
                 ("initial_prompt", ask.prompt, bool(ask.prompt), "prompts are not supported yet; "
                                                                 "ignored"),
                 ("word_timestamps", ask.words, ask.words, "word timestamps are not available in "
-                                                          "this build; segments only")):
+                                                          "this build; segments only"),
+                ("beam_size", ask.beam_size, bool(ask.beam_size), "beam search is not available in "
+                                                                  "this build; decoded greedily")):
             if name in host.accepts:
                 if wanted:
                     kw[name] = value
@@ -343,10 +346,17 @@ def _format(value, default="json"):
     return fmt
 
 
+def _beam(up):
+    """whisper.cpp's beam_size: beam search when > 1 (its default -1 and 1 mean greedy)."""
+    n = up.number("beam_size", -1, 64)
+    return int(n) if n is not None and n > 1 else None
+
+
 class InferenceHandler(TranscribeHandler):
     """whisper.cpp's POST /inference: `file`, `language`, `response_format`, `temperature`,
-    `translate`, `no_timestamps`, `prompt`, plus nwhisper's `timestamps` and `vad`. Other
-    whisper.cpp fields (best_of, beam_size, thresholds …) are accepted and ignored."""
+    `translate`, `no_timestamps`, `beam_size`, `prompt`, `token_timestamps`, plus nwhisper's
+    `timestamps` and `vad`. Other whisper.cpp fields (best_of, thresholds, offsets …) are
+    accepted and ignored."""
 
     def ask(self, up):
         cfg = self.ctx.config
@@ -360,7 +370,8 @@ class InferenceHandler(TranscribeHandler):
                    task="translate" if up.flag("translate", False) else "transcribe",
                    timestamps=timestamps, vad=up.flag("vad", cfg.vad),
                    temperature=up.number("temperature", 0.0, 1.0, 0.0),
-                   prompt=up.text("prompt") or None, words=up.flag("token_timestamps", False))
+                   prompt=up.text("prompt") or None, words=up.flag("token_timestamps", False),
+                   beam_size=_beam(up))
 
     def extra(self, ask, info):
         probs = getattr(info, "all_language_probs", None) or {}
@@ -453,6 +464,22 @@ def url(cfg, port):
     return f"{'https' if cfg.ssl else 'http'}://{host}:{port}"
 
 
+def startup_notes(cfg, host):
+    """What to tell the operator once the model is loaded; ValueError for a --lang it lacks."""
+    if cfg.language is not None and host.languages and cfg.language not in host.languages:
+        raise ValueError(f"unknown language code '{cfg.language}'; this model knows: "
+                         f"{', '.join(host.languages)}")
+    notes = []
+    if cfg.vad and "vad" not in host.accepts:
+        notes.append("nwhisper: note: this build's transcribe() has no VAD option yet; --vad (and "
+                     "a request's vad field) is accepted, reported in verbose_json's notes, and ignored")
+    if not cfg.token and not auth.is_loopback(cfg.host):
+        notes.append(f"nwhisper: WARNING: listening on {cfg.host or 'every address'} without a "
+                     f"token — anyone who can reach this port can use it (set --token or "
+                     f"NWHISPER_TOKEN)")
+    return notes
+
+
 def _say(message):
     print(message, flush=True)
 
@@ -466,15 +493,8 @@ def run(cfg, say=_say, warmup=True):
     say(f"nwhisper: {cfg.model} ready on {host.device_name} in "
         f"{(time.perf_counter() - t0) * 1000:.0f} ms (load {host.last_load_ms:.0f} ms, then a "
         f"warm-up transcription)")
-    if cfg.language is not None and cfg.language not in host.languages:
-        raise ValueError(f"unknown language code '{cfg.language}'; this model knows: "
-                         f"{', '.join(host.languages)}")
-    if cfg.vad and "vad" not in host.accepts:
-        say("nwhisper: note: this build's transcribe() has no VAD option yet; --vad (and a "
-            "request's vad field) is accepted, reported in verbose_json's notes, and ignored")
-    if not cfg.token and not auth.is_loopback(cfg.host):
-        say(f"nwhisper: WARNING: listening on {cfg.host or 'every address'} without a token — "
-            f"anyone who can reach this port can use it (set --token or NWHISPER_TOKEN)")
+    for line in startup_notes(cfg, host):
+        say(line)
     asyncio.run(_serve(cfg, host, say))
 
 
