@@ -301,6 +301,19 @@ def test_oversized_by_content_length_alone(main):
     assert_serves(main)
 
 
+def test_oversized_chunked_upload(main):
+    """No Content-Length to judge by: counted as it arrives, dropped past the limit, then 413."""
+    import http.client
+
+    host, port = main.split("//")[1].split(":")
+    c = http.client.HTTPConnection(host, int(port), timeout=60)
+    c.request("POST", "/inference", body=iter([wav()] * 6), headers={"Content-Type": "audio/wav"},
+              encode_chunked=True)
+    r = c.getresponse()
+    assert r.status == 413 and "upload too large" in json.loads(r.read())["error"]
+    c.close()
+
+
 # -- OpenAI's routes, through the official client ---------------------------------------------
 
 
