@@ -79,19 +79,22 @@ def dft_basis():
     return np.cos(angle), np.sin(angle)
 
 
-class _Tables:
-    """The constant arrays on one backend, uploaded once."""
+def _tables(be, n_mels):
+    """The constant arrays (window, DFT basis, filters) on backend `be`, uploaded once and kept
+    on the backend object, so they live exactly as long as it does."""
+    cache = be.__dict__.setdefault("_mel_tables", {})
+    if n_mels not in cache:
+        cos_t, sin_t = dft_basis()
+        cache[n_mels] = (be.upload(hann_window()), be.upload(cos_t), be.upload(sin_t),
+                         be.upload(mel_filters(n_mels)))
+    return cache[n_mels]
 
-    _cache = {}
 
-    @classmethod
-    def get(cls, be, n_mels):
-        key = (id(be), n_mels)
-        if key not in cls._cache:
-            cos_t, sin_t = dft_basis()
-            cls._cache[key] = (be, be.upload(hann_window()), be.upload(cos_t), be.upload(sin_t),
-                               be.upload(mel_filters(n_mels)))
-        return cls._cache[key][1:]
+@functools.lru_cache(maxsize=1)
+def _cpu():
+    from . import backend as B
+
+    return B.get("cpu")
 
 
 def log_mel(audio, n_mels=80, n_frames=None, be=None):
@@ -101,10 +104,9 @@ def log_mel(audio, n_mels=80, n_frames=None, be=None):
     samples first (N_FRAMES for one 30 s window); default: the frames the audio itself gives.
     be: the backend to compute on (default: the CPU); the result is on that backend.
     """
-    from . import backend as B
     from .kernels import spectral
 
-    be = be or B.get("cpu")
+    be = be or _cpu()
     audio = np.asarray(audio, np.float32)
     n = len(audio)
     if n_frames is None:
@@ -117,7 +119,7 @@ def log_mel(audio, n_mels=80, n_frames=None, be=None):
     x = np.zeros(total, np.float64)
     x[:min(n, total)] = audio[:total]
     padded = np.pad(x, N_FFT // 2, mode="reflect")[:live * HOP_LENGTH + N_FFT]
-    window, cos_t, sin_t, filters = _Tables.get(be, n_mels)
+    window, cos_t, sin_t, filters = _tables(be, n_mels)
     out = be.empty((n_frames, n_mels), np.float32)
     spectral.log_mel(be, be.upload(padded), window, cos_t, sin_t, filters, live, HOP_LENGTH, out)
     return out
