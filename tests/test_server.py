@@ -5,7 +5,7 @@ transformers' greedy output for tiny.en; here it only has to come back through e
 format. The servers start once per module, in parallel (each on a free port the server picks
 itself: `--addr 127.0.0.1:0`, its URL read from its first line):
 
-    main     tiny.en, --max-upload-mb 1               formats, routes, bad input, OpenAI client
+    main     tiny.en, --max-upload-mb 1.5             formats, routes, bad input, OpenAI client
     secure   tiny.en, --tls (minted) --token          https with the cert trusted, 401s
     narrow   tiny.en, --connections 1 --queue 1       503 when full, and still serving after;
              --unload-after 1                         /health across an unload and a reload
@@ -95,7 +95,7 @@ def start_servers(log_dir, specs):
 def servers(tmp_path_factory):
     d = tmp_path_factory.mktemp("servers")
     servers = start_servers(str(d), {
-        "main": (("tiny.en", "--max-upload-mb", "1"), {}),
+        "main": (("tiny.en", "--max-upload-mb", "1.5"), {}),
         "secure": (("tiny.en", "--tls", "--tls-dir", str(d / "tls")), {"env": {"NWHISPER_TOKEN": TOKEN}}),
         "narrow": (("tiny.en", "--connections", "1", "--queue", "1", "--unload-after", "1"), {}),
         "polyglot": (("base",), {}),
@@ -364,6 +364,37 @@ def test_translation_and_detection_on_a_multilingual_model(servers):
     v = json.loads(body)
     assert status == 200 and v["language"] == "english"
     assert v["detected_language_probability"] > 0.5 and v["language_probabilities"]["en"] > 0.5
+
+
+def test_a_client_that_hangs_up_while_queued_is_not_transcribed(servers):
+    """Its job leaves the queue unrun (health's `abandoned`); everyone else is still served."""
+    import io
+    import socket
+
+    import numpy as np
+    import soundfile
+
+    url = servers["main"].url
+    x, sr = soundfile.read(JFK, dtype="float32")
+    long_clip = io.BytesIO()
+    soundfile.write(long_clip, np.tile(x, 4), sr, format="WAV", subtype="PCM_16")   # 44 s: 2 windows
+    before = _health(url)
+    busy = threading.Thread(target=inference, args=(url,), kwargs={"data": long_clip.getvalue()})
+    busy.start()
+    time.sleep(0.3)
+    body, ctype = multipart(files=[("file", "jfk.wav", wav())])
+    host, port = url.split("//")[1].split(":")
+    s = socket.create_connection((host, int(port)))
+    s.sendall(f"POST /inference HTTP/1.1\r\nHost: x\r\nContent-Type: {ctype}\r\n"
+              f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+    time.sleep(0.5)
+    s.close()                                       # hangs up while queued behind the long clip
+    busy.join(120)
+    h = _health(url)
+    assert h["abandoned"] == before["abandoned"] + 1, h
+    assert h["requests"] == before["requests"] + 1   # the long clip; the hung-up one never answered
+    assert "499 POST /inference" in servers["main"].output()
+    assert h["connections"]["active"] == 0 and h["queued"] == 0 and not h["busy"]
 
 
 # -- tokens and TLS ---------------------------------------------------------------------------

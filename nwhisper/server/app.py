@@ -96,6 +96,7 @@ class Context:
             "unload_after": self.config.unload_after,
             "busy": h.busy,
             "queued": h.queued,
+            "abandoned": h.abandoned,
             "connections": {"active": self.slots.active, "waiting": self.slots.waiting,
                             "max": self.slots.size},
             "uptime_s": round(time.monotonic() - self.started, 1),
@@ -256,6 +257,8 @@ class TranscribeHandler(JsonHandler):
                 return
             self._job = self.ctx.host.submit(lambda m: _transcribe(m, samples, kwargs))
             segments, info = await self._job.future
+            if self._gone:              # it was already running when the client went away
+                return
         except Reject as e:
             return self.fail(e.status, e.message)
         except AudioError as e:
@@ -307,12 +310,14 @@ class TranscribeHandler(JsonHandler):
 
     def on_finish(self):
         self._let_go()
-        if self.request.method == "POST":
+        if self.request.method == "POST" and not self._gone:
             self.ctx.requests += 1
             self.ctx.failed += self.get_status() >= 400
 
     def on_connection_close(self):
         self._gone = True
+        if not self._finished:      # what the access log says of it (nobody reads the answer)
+            self.set_status(499, "Client Closed Request")
         if self._job is not None:
             self.ctx.host.abandon(self._job)
         self._let_go()
@@ -366,12 +371,15 @@ class InferenceHandler(TranscribeHandler):
             timestamps = not up.flag("no_timestamps")
         if timestamps is None:      # subtitles and verbose_json are about times
             timestamps = cfg.timestamps or fmt in ("srt", "vtt", "verbose_json")
+        words = up.flag("token_timestamps")
+        if words is None:           # whisper.cpp's default: words in a timestamped verbose_json
+            words = (fmt == "verbose_json" and timestamps
+                     and "word_timestamps" in self.ctx.host.accepts)
         return Ask(fmt=fmt, language=_language(up.text("language"), cfg.language),
                    task="translate" if up.flag("translate", False) else "transcribe",
                    timestamps=timestamps, vad=up.flag("vad", cfg.vad),
                    temperature=up.number("temperature", 0.0, 1.0, 0.0),
-                   prompt=up.text("prompt") or None, words=up.flag("token_timestamps", False),
-                   beam_size=_beam(up))
+                   prompt=up.text("prompt") or None, words=words, beam_size=_beam(up))
 
     def extra(self, ask, info):
         probs = getattr(info, "all_language_probs", None) or {}

@@ -70,6 +70,7 @@ class ModelHost:
         self.multilingual = False
         self.accepts = frozenset()   # keyword arguments model.transcribe takes
         self.loads = self.unloads = 0
+        self.abandoned = 0           # jobs dropped from the queue because their client left
         self.last_load_ms = None
         self.last_active = time.monotonic()
         self._timer = None
@@ -158,6 +159,7 @@ class ModelHost:
         if job in self._queue:
             self._queue.remove(job)
             heapq.heapify(self._queue)
+            self.abandoned += 1
             future_set_exception_unless_cancelled(job.future, Abandoned())
 
     def _next(self):
