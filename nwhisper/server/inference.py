@@ -82,10 +82,17 @@ class ModelHost:
         return self._model is not None
 
     def load(self, warmup=True):
-        """Load the model now, in the calling thread (startup, before the port opens)."""
-        self._load()
-        if warmup:
-            self._model.transcribe(np.zeros(int(WARMUP_SECONDS * 16000), np.float32))
+        """Load the model now (startup, before the port opens); blocks until it is ready.
+
+        It runs on the worker thread like every later job, so the model (and on a GPU, the
+        thread's view of the CUDA context) is only ever used from that one thread."""
+        def go():
+            self._load()
+            if warmup:
+                self._model.transcribe(np.zeros(int(WARMUP_SECONDS * 16000), np.float32))
+            _forget_mel_tables(self._model)
+
+        self._worker.submit(go).result()
 
     def _load(self):
         t0 = time.perf_counter()
