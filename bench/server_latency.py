@@ -8,7 +8,7 @@ warm request  POST /inference to a server that has the model loaded (after one u
               request), client-side wall time on loopback
 after unload  the first request to a server started with --unload-after 1 once it has gone
               idle: the reload plus the transcription
-server start  spawn `python -m nwhisper.server` → "serving on" (load + warm-up transcription)
+server start  spawn `python -m nwhisper serve` → "serving on" (load + warm-up transcription)
 
 Medians of --runs, cold and warm interleaved round by round; the spread is printed too (these
 2-core machines are noisy: check the load averages printed before and after).

@@ -3,7 +3,7 @@
     python3 bench/server_load.py [--clients 8] [--seconds 60] [--model tiny.en] [--clip fixtures/jfk.wav]
     python3 bench/server_load.py --url http://127.0.0.1:6543     (a server you started; loopback only)
 
-Without --url it starts its own server (`python -m nwhisper.server MODEL --addr 127.0.0.1:0`)
+Without --url it starts its own server (`python -m nwhisper serve MODEL --addr 127.0.0.1:0`)
 and stops it at the end. Each client keeps one keep-alive connection and posts the clip to
 /inference back to back until the time is up; a request in flight at the deadline is waited
 for, so the test ends by itself within S seconds plus one request's latency per client.
@@ -36,10 +36,10 @@ EXPECT = "ask not what your country can do for you"     # in fixtures/jfk.wav's 
 
 
 def start_server(model, *args, log=None):
-    """(Popen, url) of `python -m nwhisper.server MODEL --addr 127.0.0.1:0 ARGS` once it serves."""
+    """(Popen, url) of `python -m nwhisper serve MODEL --addr 127.0.0.1:0 ARGS` once it serves."""
     log = log or tempfile.NamedTemporaryFile("w+", suffix=".log", delete=False).name
     env = {k: v for k, v in os.environ.items() if k != "NWHISPER_TOKEN"}
-    proc = subprocess.Popen([sys.executable, "-m", "nwhisper.server", model, "--addr", "127.0.0.1:0", *args],
+    proc = subprocess.Popen([sys.executable, "-m", "nwhisper", "serve", model, "--addr", "127.0.0.1:0", *args],
                             cwd=ROOT, env=env, stdout=open(log, "w"), stderr=subprocess.STDOUT)
     t0 = time.monotonic()
     while time.monotonic() - t0 < 300:

@@ -40,7 +40,7 @@ START_TIMEOUT = 180
 
 
 class Server:
-    """`python -m nwhisper.server ARGS --addr 127.0.0.1:0` with its output in a log file."""
+    """`python -m nwhisper serve ARGS --addr 127.0.0.1:0` with its output in a log file."""
 
     def __init__(self, log_dir, name, *args, env=None):
         self.name = name
@@ -48,7 +48,7 @@ class Server:
         e = {k: v for k, v in os.environ.items() if k != "NWHISPER_TOKEN"}
         e.update(env or {})
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "nwhisper.server", *args, "--addr", "127.0.0.1:0"],
+            [sys.executable, "-m", "nwhisper", "serve", *args, "--addr", "127.0.0.1:0"],
             cwd=ROOT, env=e, stdout=open(self.log, "w"), stderr=subprocess.STDOUT)
         self.url = None
 
@@ -377,7 +377,7 @@ def test_a_client_that_hangs_up_while_queued_is_not_transcribed(servers):
     url = servers["main"].url
     x, sr = soundfile.read(JFK, dtype="float32")
     long_clip = io.BytesIO()
-    soundfile.write(long_clip, np.tile(x, 4), sr, format="WAV", subtype="PCM_16")   # 44 s: 2 windows
+    soundfile.write(long_clip, np.tile(x, 3), sr, format="WAV", subtype="PCM_16")   # 33 s: 2 windows
     before = _health(url)
     busy = threading.Thread(target=inference, args=(url,), kwargs={"data": long_clip.getvalue()})
     busy.start()

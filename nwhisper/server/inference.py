@@ -90,7 +90,6 @@ class ModelHost:
             self._load()
             if warmup:
                 self._model.transcribe(np.zeros(int(WARMUP_SECONDS * 16000), np.float32))
-            _forget_mel_tables(self._model)
 
         self._worker.submit(go).result()
 
@@ -179,10 +178,7 @@ class ModelHost:
     def _call(self, fn):          # in the worker thread
         if self._model is None:
             self._load()
-        try:
-            return fn(self._model)
-        finally:
-            _forget_mel_tables(self._model)
+        return fn(self._model)
 
     def _finished(self, job, f):
         self._running = None
@@ -193,15 +189,3 @@ class ModelHost:
             future_set_result_unless_cancelled(job.future, f.result())
         self._next()
 
-
-def _forget_mel_tables(model):
-    """Work around a leak in mel.log_mel (as of f9b21d7): called without a backend, it makes a new
-    CpuBackend each call and caches that backend's DFT/mel tables under its id for ever — about
-    2.4 MB per transcription, which a server would never give back. Until mel.py keeps one CPU
-    backend, drop the entries of every backend but the model's own after each job."""
-    from .. import mel
-
-    cache = getattr(getattr(mel, "_Tables", None), "_cache", None)
-    if isinstance(cache, dict):
-        for key in [k for k, v in cache.items() if v and v[0] is not model.backend]:
-            del cache[key]
