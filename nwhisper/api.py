@@ -41,6 +41,27 @@ class WhisperModel:
         mel = M.log_mel(samples, self.dims.n_mels, 2 * self.dims.n_audio_ctx)
         return self.backend.download(self.model.encode(mel))
 
+    def detect_language(self, audio):
+        """(code, probability, {code: probability}) from the first 30 s of `audio`: one decoder
+        step from <|startoftranscript|>, restricted to the language tokens (openai's rule).
+        English-only models answer ("en", 1.0, {"en": 1.0})."""
+        from . import mel as M
+        from .decoding import detect_language
+
+        if not self.dims.is_multilingual:
+            return "en", 1.0, {"en": 1.0}
+        # the first window as openai-whisper and faster-whisper cut it: the log-mel of the audio,
+        # zero-padded to 30 s in the normalised log-mel domain
+        from .transcribe import _pad_window
+
+        samples = _samples(audio)
+        n_frames = 2 * self.dims.n_audio_ctx
+        content = min(len(samples), M.N_SAMPLES) // M.HOP_LENGTH
+        mel = M.log_mel(samples[:M.N_SAMPLES], self.dims.n_mels, content + n_frames)
+        enc = self.model.encode(_pad_window(mel[:content], 0, n_frames))
+        probs, best = detect_language(self.model, self.tokenizer, enc)
+        return best, probs[best], probs
+
     def transcribe(self, audio, language=None, task="transcribe", max_tokens=224,
                    timestamps=False, condition_on_previous_text=True, beam_size=None, best_of=5,
                    patience=1.0, temperature=0.0, compression_ratio_threshold=2.4,

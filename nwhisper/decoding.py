@@ -18,10 +18,9 @@ and at log-probabilities, which is done on the host.
 
 Beyond greedy (openai-whisper's decoding.py, piece for piece):
 
-  * `BeamSearchDecoder` — N hypotheses decoded as N rows of ONE decoder call per step (each row
-    with its own KV cache, reordered as beams are kept and dropped; `Whisper.decode_batch`), the
-    top N+1 tokens of every beam as candidates, finished sequences collected until N of them
-    (patience 1), ranked by sum log-prob / length;
+  * beam search — N hypotheses decoded as N rows of ONE decoder call per step (each row with its
+    own KV cache, reordered as beams are kept and dropped; `Whisper.decode_batch`), with Hugging
+    Face's rules for candidates, finished hypotheses and stopping (see `GreedyDecoder._beam`);
   * sampling at temperature T > 0 with best_of rows, again one batched call per step;
   * `compression_ratio`, the fallback signal (gzip ratio of the text, zlib here as openai).
 """
@@ -224,58 +223,65 @@ class GreedyDecoder:
         return max(0, min(options.max_tokens, self.model.dims.n_text_ctx - len(prompt)))
 
     def _beam(self, enc, options, prompt):
-        """openai-whisper's BeamSearchDecoder with MaximumLikelihoodRanker (length_penalty None),
-        the N beams as N rows of one batched decoder call per step."""
+        """Beam search as Hugging Face transformers runs it (generate(num_beams=N), whose text is
+        the reference here), the N beams as N rows of one batched decoder call per step:
+
+          * log-probabilities are log_softmax of the raw logits, THEN filtered (suppressed
+            tokens get −inf; the rest are not renormalised);
+          * each step the best 2N continuations over all beams; a continuation ending in EOT is
+            a finished hypothesis only if it ranks in the top N, scored sum / generated length
+            (EOT counted; length_penalty 1); the best N non-finished continue;
+          * the N best finished are kept; the search stops when the best running beam, scored
+            the same way, cannot beat the worst of N finished (early_stopping=False), or at the
+            token limit, where every candidate counts as finished.
+        openai-whisper's beam search (N+1 candidates per beam, ranked by sum / length without
+        EOT) differs from it in those details and can pick another hypothesis."""
         tok, model, be = self.tok, self.model, self.be
         n = options.beam_size
         filters = HostFilters(self, options)
         single, last, nsp = _start(model, tok, enc, prompt)
         limit = self._limit(options, prompt)
-        max_finished = round(n * options.patience)
-        rows = be.download(last)                  # one row at the start: all beams are the prompt
-        beams, sums = [[]], [0.0]
+        rows = be.download(last)
+        running, scores = [[]], [0.0]
+        finished = []                     # (score / length, sum, tokens without EOT)
+        open_ = True
         batch = None
-        finished = {}
         for step in range(limit):
-            cand = {}
-            for b, seq in enumerate(beams):
-                lp = log_softmax(filters(rows[b].copy(), seq))
-                top = np.argpartition(-lp, n + 1)[:n + 1]
-                for t in top[np.argsort(-lp[top], kind="stable")]:
-                    key = tuple(seq) + (int(t),)
-                    if key not in cand:
-                        cand[key] = (sums[b] + float(lp[t]), b)
-            keep, new_finished = [], {}
-            for key in sorted(cand, key=lambda k: cand[k][0], reverse=True):
-                if key[-1] == tok.eot:
-                    new_finished[key] = cand[key][0]
-                else:
-                    keep.append(key)
-                    if len(keep) == n:
-                        break
-            while len(keep) < n:                   # the batch keeps n rows whatever happens
-                keep.append(keep[0])
-            for key in sorted(new_finished, key=new_finished.get, reverse=True):
-                if len(finished) >= max_finished:
-                    break
-                finished[key] = new_finished[key]
-            if len(finished) >= max_finished or step == limit - 1:
-                beams, sums = [list(k) for k in keep], [cand[k][0] for k in keep]
+            cands = []
+            for b, seq in enumerate(running):
+                lp = filters(log_softmax(rows[b]).astype(np.float32), seq)
+                tot = np.float32(scores[b]) + lp
+                top = np.argpartition(-tot, 2 * n)[:2 * n]
+                cands += [(float(tot[t]), b, int(t)) for t in top]
+            cands.sort(key=lambda c: -c[0])
+            cands = cands[:2 * n]
+            at_limit = step == limit - 1
+            nxt = []
+            for rank, (sc, b, t) in enumerate(cands):
+                if t == tok.eot or at_limit:
+                    if rank < n and open_:
+                        seq = running[b] + ([] if t == tok.eot else [t])
+                        finished.append((sc / (step + 1), sc, seq))
+                elif len(nxt) < n:
+                    nxt.append((sc, b, t))
+            finished = sorted(finished, key=lambda f: -f[0])[:n]
+            if len(finished) == n and nxt and nxt[0][0] / (step + 1) <= finished[-1][0]:
+                open_ = False
+            if at_limit or not open_ or not nxt:
                 break
+            while len(nxt) < n:
+                nxt.append(nxt[0])
             if batch is None:
                 batch = model.new_batch(single, n)
             else:
-                batch.reorder([cand[k][1] for k in keep])
-            beams, sums = [list(k) for k in keep], [cand[k][0] for k in keep]
-            rows = be.download(model.decode_batch(batch, np.asarray([k[-1] for k in keep], np.int32)))
-        if len(finished) < max_finished:           # openai's finalize: add the unfinished best
-            for seq, sc in sorted(zip(beams, sums), key=lambda x: x[1], reverse=True):
-                if len(finished) >= max_finished:
-                    break
-                finished[tuple(seq) + (tok.eot,)] = sc
-        best = max(finished, key=lambda k: finished[k] / max(1, len(k) - 1))
-        return DecodingResult(tokens=list(best[:-1]), sum_logprob=finished[best], no_speech_prob=nsp,
-                              prompt=list(prompt))
+                batch.reorder([b for _, b, _ in nxt])
+            running = [running[b] + [t] for _, b, t in nxt]
+            scores = [sc for sc, _, _ in nxt]
+            rows = be.download(model.decode_batch(batch, np.asarray([t for _, _, t in nxt], np.int32)))
+        if not finished:
+            return DecodingResult(tokens=[], no_speech_prob=nsp, prompt=list(prompt))
+        _, total, best = finished[0]
+        return DecodingResult(tokens=best, sum_logprob=total, no_speech_prob=nsp, prompt=list(prompt))
 
     def _sample(self, enc, options, prompt):
         """best_of samples at temperature T as rows of one batched call per step; the one with

@@ -162,12 +162,27 @@ class Transcriber:
     def _no_speech_gate(opts):
         return opts.no_speech_threshold is not None and opts.no_speech_threshold < 1
 
-    def _is_silence(self, res, opts):
-        """openai's skip: the model is sure there is no speech, and the text it wrote anyway is
-        improbable (a confident transcript survives a high no-speech probability)."""
-        if not self._no_speech_gate(opts) or not (res.no_speech_prob > opts.no_speech_threshold):
+    def _is_silence(self, res, opts, audio=None, span=None):
+        """Skip this window? The model is at least `no_speech_threshold` sure it holds no speech,
+        and that is confirmed: by the text it wrote anyway being improbable (openai's rule: a
+        confident transcript survives a high no-speech probability), or by the signal — no
+        speech region of the energy detector within the window's samples `span`. The second is
+        what keeps "Thank you." out of a silence: the model writes it there with an average
+        log-probability well above −1."""
+        if not self._no_speech_gate(opts) or not (res.no_speech_prob >= opts.no_speech_threshold):
             return False
-        return opts.logprob_threshold is None or res.avg_logprob < opts.logprob_threshold
+        if opts.logprob_threshold is None or res.avg_logprob < opts.logprob_threshold:
+            return True
+        if audio is None:
+            return False
+        a, b = span
+        return not any(r0 < b and r1 > a for r0, r1 in self._regions(audio))
+
+    def _regions(self, audio):
+        key = (id(audio), len(audio))
+        if getattr(self, "_regions_key", None) != key:
+            self._regions_key, self._regions_val = key, speech_regions(audio)
+        return self._regions_val
 
     # ------------------------------------------------------------------ the two conventions
     def _short_form(self, audio, duration, opts):
@@ -177,7 +192,7 @@ class Transcriber:
         info = TranscriptionInfo(lang, lang_p, duration, probs)
         timestamps = opts.timestamps
         res = self._decode(enc, opts, lang, timestamps)
-        if self._is_silence(res, opts):
+        if self._is_silence(res, opts, audio, (0, len(audio))):
             return [], info
         if timestamps:
             segments = self._split(res, 0, 0.0, self.n_frames, [])[0]
@@ -207,7 +222,7 @@ class Transcriber:
             prompt = tuple(ctx[-(self.model.dims.n_text_ctx // 2 - 1):]) if ctx else ()
             res = self._decode(enc, opts, lang, True, prompt)
             offset = seek * FRAME_SECONDS
-            if self._is_silence(res, opts):
+            if self._is_silence(res, opts, audio, (seek * M.HOP_LENGTH, (seek + size) * M.HOP_LENGTH)):
                 seek += size            # the model is sure this window holds no speech
                 if progress:
                     progress(min(seek, content) * FRAME_SECONDS, duration)
@@ -332,6 +347,21 @@ class _Clock:
         self.joined = np.concatenate([[0.0], np.cumsum(lengths)[:-1]]) if len(regions) else np.zeros(0)
         self.lengths = lengths
 
+    def span(self, a, b, min_overlap=2 * VAD_PAD_S + 0.2):
+        """[a, b] of the joined speech on the recording's clock. A piece that only grazes a
+        region (a timestamp a little before a junction) is not stretched over the silence
+        between: the span is cut to the regions it covers by ≥ min_overlap s — more than the padding of a junction — (or the one it
+        covers most)."""
+        ends = self.joined + self.lengths
+        over = np.minimum(b, ends) - np.maximum(a, self.joined)
+        keep = np.nonzero(over >= min(min_overlap, max(over.max(), 0.0)))[0]
+        if len(keep) == 0:
+            return self(a), self(b, end=True)
+        k0, k1 = int(keep[0]), int(keep[-1])
+        a = min(max(a, self.joined[k0]), ends[k0])
+        b = max(min(b, ends[k1]), self.joined[k1])
+        return self(a), self(b, end=True)
+
     def __call__(self, t, end=False):
         # an end time exactly at a junction belongs to the region before it
         k = np.searchsorted(self.joined, t, side="left" if end else "right") - 1
@@ -360,9 +390,9 @@ def transcribe_speech(tr, samples, opts, vad=True, progress=None):
     clock = _Clock(regions, sr)
     segs, info = tr.transcribe(joined, opts, progress=progress)
     for s in segs:
-        s.start, s.end = clock(s.start), clock(s.end, end=True)
+        s.start, s.end = clock.span(s.start, s.end)
         for w in s.words or []:
-            w.start, w.end = clock(w.start), clock(w.end, end=True)
+            w.start, w.end = clock.span(w.start, w.end)
     info.duration, info.duration_after_vad = duration, len(joined) / sr
     info.speech_regions = [(round(a / sr, 3), round(b / sr, 3)) for a, b in regions]
     return segs, info
