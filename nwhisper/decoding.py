@@ -247,14 +247,16 @@ class GreedyDecoder:
         open_ = True
         batch = None
         for step in range(limit):
-            cands = []
+            rows = rows[:len(running)]
+            m = rows.max(-1, keepdims=True)
+            lp = rows - (m + np.log(np.exp(rows - m).sum(-1, keepdims=True)))     # (beams, V) f32
             for b, seq in enumerate(running):
-                lp = filters(log_softmax(rows[b]).astype(np.float32), seq)
-                tot = np.float32(scores[b]) + lp
-                top = np.argpartition(-tot, 2 * n)[:2 * n]
-                cands += [(float(tot[t]), b, int(t)) for t in top]
-            cands.sort(key=lambda c: -c[0])
-            cands = cands[:2 * n]
+                filters(lp[b], seq)
+            tot = (lp + np.asarray(scores, np.float32)[:, None]).ravel()
+            top = np.argpartition(-tot, 2 * n)[:2 * n]
+            top = top[np.argsort(-tot[top], kind="stable")]
+            V = rows.shape[1]
+            cands = [(float(tot[i]), int(i // V), int(i % V)) for i in top]
             at_limit = step == limit - 1
             nxt = []
             for rank, (sc, b, t) in enumerate(cands):
