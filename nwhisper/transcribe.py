@@ -350,8 +350,8 @@ class _Clock:
     def span(self, a, b, min_overlap=2 * VAD_PAD_S + 0.2):
         """[a, b] of the joined speech on the recording's clock. A piece that only grazes a
         region (a timestamp a little before a junction) is not stretched over the silence
-        between: the span is cut to the regions it covers by ≥ min_overlap s — more than the padding of a junction — (or the one it
-        covers most)."""
+        between: the span is cut to the regions it covers by ≥ min_overlap s (more than the
+        padding on both sides of a junction), or to the one it covers most."""
         ends = self.joined + self.lengths
         over = np.minimum(b, ends) - np.maximum(a, self.joined)
         keep = np.nonzero(over >= min(min_overlap, max(over.max(), 0.0)))[0]

@@ -78,11 +78,15 @@ def to_tsv(segments, info):
 
 def as_dict(segments, info):
     """The result as one JSON-able dict (openai-whisper's result, plus faster-whisper's info)."""
-    return {"text": "".join(s.text for s in segments),
-            "language": info.language,
-            "language_probability": info.language_probability,
-            "duration": info.duration,
-            "segments": [dataclasses.asdict(s) for s in segments]}
+    d = {"text": "".join(s.text for s in segments),
+         "language": info.language,
+         "language_probability": info.language_probability,
+         "duration": info.duration,
+         "segments": [dataclasses.asdict(s) for s in segments]}
+    if getattr(info, "duration_after_vad", None) is not None:
+        d["duration_after_vad"] = info.duration_after_vad
+        d["speech_regions"] = [list(r) for r in info.speech_regions]
+    return d
 
 
 def to_json(segments, info):

@@ -81,6 +81,7 @@ def test_cli_writes_every_format(tmp_path):
     r = CliRunner().invoke(cli, ["transcribe", "tiny.en", os.path.join(FIX, "jfk.wav"), "-f", "all",
                                  "-o", str(tmp_path), "--device", "cpu"])
     assert r.exit_code == 0, r.output
+    assert "\r" not in r.output                 # no progress bar when the output is not a terminal
     assert sorted(os.listdir(tmp_path)) == ["jfk.json", "jfk.srt", "jfk.tsv", "jfk.txt", "jfk.vtt"]
     subs = list(srt.parse((tmp_path / "jfk.srt").read_text(encoding="utf-8")))
     assert len(subs) >= 1 and "country" in subs[-1].content
