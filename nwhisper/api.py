@@ -66,13 +66,13 @@ class WhisperModel:
                    timestamps=False, condition_on_previous_text=True, beam_size=None, best_of=5,
                    patience=1.0, temperature=0.0, compression_ratio_threshold=2.4,
                    logprob_threshold=-1.0, no_speech_threshold=0.6, word_timestamps=False,
-                   vad=False, progress=None):
+                   vad=False, initial_prompt=None, progress=None):
         """audio: a path, bytes, or 16 kHz mono float32 samples → ([Segment], TranscriptionInfo).
 
         language: a code (any case; an unknown one is named in the error), None to detect it on a
         multilingual model. temperature: a number, or a sequence for openai's fallback ladder
         (`transcribe.FALLBACK_TEMPERATURES`). no_speech_threshold: None or ≥ 1 never skips a
-        window. vad: skip non-speech first (True: the energy detector; or a function
+        window. initial_prompt: text the first window is conditioned on (openai's). vad: skip non-speech first (True: the energy detector; or a function
         speech_regions(samples, sr) → [(start, end)] in samples); times stay on the
         recording's clock. progress(done_s, total_s): called after every long-form window."""
         if task not in ("transcribe", "translate"):
@@ -93,7 +93,7 @@ class WhisperModel:
             best_of=best_of, patience=patience, temperature=temps,
             compression_ratio_threshold=compression_ratio_threshold,
             logprob_threshold=logprob_threshold, no_speech_threshold=no_speech_threshold,
-            word_timestamps=word_timestamps)
+            word_timestamps=word_timestamps, initial_prompt=initial_prompt)
         samples = _samples(audio)
         if vad:
             return transcribe_speech(self._transcriber, samples, opts, vad, progress)

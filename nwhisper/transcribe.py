@@ -71,6 +71,7 @@ class TranscribeOptions:
     logprob_threshold: float | None = -1.0
     no_speech_threshold: float | None = 0.6     # None or ≥ 1: never skip a window
     word_timestamps: bool = False
+    initial_prompt: str | None = None           # text given as the previous text of the first window
     prepend_punctuations: str = "\"'“¿([{-"
     append_punctuations: str = "\"'.。,，!！?？:：”)]}、"
 
@@ -158,6 +159,12 @@ class Transcriber:
                 break
         return res
 
+    def _initial_prompt(self, opts):
+        """openai's initial_prompt: the tokens of ' ' + text, as if the audio before had said it."""
+        if not opts.initial_prompt or not opts.initial_prompt.strip():
+            return ()
+        return tuple(self.tok.encode(" " + opts.initial_prompt.strip()))[-(self.model.dims.n_text_ctx // 2 - 1):]
+
     @staticmethod
     def _no_speech_gate(opts):
         return opts.no_speech_threshold is not None and opts.no_speech_threshold < 1
@@ -191,7 +198,7 @@ class Transcriber:
         lang, lang_p, probs = self._language(enc, opts.language)
         info = TranscriptionInfo(lang, lang_p, duration, probs)
         timestamps = opts.timestamps
-        res = self._decode(enc, opts, lang, timestamps)
+        res = self._decode(enc, opts, lang, timestamps, self._initial_prompt(opts))
         if self._is_silence(res, opts, audio, (0, len(audio))):
             return [], info
         if timestamps:
@@ -208,7 +215,7 @@ class Transcriber:
     def _long_form(self, audio, duration, opts, progress=None):
         content = len(audio) // M.HOP_LENGTH
         mel = M.log_mel(audio, self.model.dims.n_mels, content + self.n_frames)
-        seek, segments, history = 0, [], []
+        seek, segments, history = 0, [], list(self._initial_prompt(opts))
         prompt_reset = 0
         lang = info = None
         last_speech = 0.0

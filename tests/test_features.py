@@ -252,3 +252,12 @@ def test_vad_lands_on_the_speech_and_is_faster(silences):
     times = [t for s in segs for t in (s.start, s.end)]
     assert times == sorted(times)
     assert r["t_vad"] < r["t_full"]
+
+
+def test_initial_prompt_conditions_the_first_window():
+    """openai's initial_prompt: the text goes in as <|startofprev|> context (tiny.en writes the
+    card clip as '5 5' alone, 'Five, five.' after a prompt written in words)."""
+    m = load("tiny.en")
+    assert m.transcribe(audio("cards/004.wav"))[0][0].text == " 5 5"
+    segs, _ = m.transcribe(audio("cards/004.wav"), initial_prompt="Playing cards: five of hearts, queen of clubs.")
+    assert segs[0].text == " Five, five."
