@@ -112,13 +112,14 @@ class _Progress:
 @click.option("--word-timestamps", is_flag=True, help="word times from cross-attention (json; -f tsv/srt/vtt stay per segment)")
 @click.option("--vad", is_flag=True, help="skip non-speech first (energy detector); times stay on the recording's clock")
 @click.option("--no-condition", is_flag=True, help="do not give the previous window's text as the prompt")
+@click.option("--prompt", default=None, help="text the first window is conditioned on (names, spelling, style)")
 @click.option("-f", "--format", "fmt", type=click.Choice(["txt", "srt", "vtt", "json", "tsv", "all"]), default=None,
               help="write files in this format (default: print to stdout)")
 @click.option("-o", "--output-dir", default=".", show_default=True, type=click.Path(file_okay=False),
               help="where -f writes its files")
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
 def transcribe(args, lang, task, max_tokens, timestamps, nospeech, beam, best_of, temperature,
-               word_timestamps, vad, no_condition, fmt, output_dir, device):
+               word_timestamps, vad, no_condition, prompt, fmt, output_dir, device):
     """Transcribe AUDIO files with MODEL (a name or path; default tiny.en)."""
     from .. import writers
     from ..api import load
@@ -137,7 +138,7 @@ def transcribe(args, lang, task, max_tokens, timestamps, nospeech, beam, best_of
                     timestamps=timestamps or (fmt not in (None, "txt")) or word_timestamps,
                     no_speech_threshold=nospeech, beam_size=beam, best_of=best_of, temperature=temps,
                     word_timestamps=word_timestamps, vad=vad,
-                    condition_on_previous_text=not no_condition, progress=bar)
+                    condition_on_previous_text=not no_condition, initial_prompt=prompt, progress=bar)
             finally:
                 bar.close()
             if fmt is not None:
