@@ -42,9 +42,14 @@ Rows (ratio = peer / nwhisper, so > 1 means nwhisper is faster or smaller):
                       whisper.cpp: its "decode" timing; CTranslate2: not separable, n/a)
   peak RSS MiB        ru_maxrss of the subprocess at its end
   tokens              output tokens (text + timestamps) summed over segments; windows: encoder calls
+  warm spread         (max - min) / median of the warm repeats used
+  quiet runs          runs during which other processes took <= --max-foreign cores / all runs;
+                      medians use the quiet ones only, unless there are none
   words != nwhisper   word edits between the transcript and nwhisper's (lower case, no punctuation)
 A child during which other processes took more than --max-foreign cores is run again (this
 machine has 2 cores: a neighbour on one of them stalls every parallel region of a 2-thread run).
+Every child's result is appended to a raw .jsonl in --work as it comes: `--resume FILE` reruns
+only what that file lacks (same options), then prints the tables.
 Below the tables: nwhisper's first-ever cold run (empty Numba cache: every kernel compiles), the
 load average and the CPU time other processes took while the children ran ("foreign cores").
 """
@@ -416,7 +421,8 @@ def run_child(args, system, model, clip, files, npys, repeats, numba_cache, retr
         r["attempts"] = attempt
         if "error" in r or r["foreign"] <= args.max_foreign or not retry:
             return r
-        print(f"    ({system}: {r['foreign']:.2f} foreign cores during the run; again)", flush=True)
+        print(f"    ({system}: {r['foreign']:.2f} foreign cores during the run"
+              f"{'; again' if attempt < args.attempts else '; kept'})", flush=True)
     return r
 
 
@@ -462,11 +468,14 @@ def med(xs):
     return statistics.median(xs) if xs else None
 
 
-def summarise(runs):
+def summarise(runs, max_foreign):
     """Medians over rounds of one system's runs on one model/clip."""
     ok = [r for r in runs if "error" not in r]
     if not ok:
         return {"error": runs[-1]["error"] if runs else "not run"}
+    clean = [r for r in ok if r["foreign"] <= max_foreign]
+    n_clean, n_ok = len(clean), len(ok)
+    ok = clean or ok       # runs another process disturbed count only when there is nothing else
     enc_windows = [len(r["enc"]) for r in ok]
     s = {"cold": med([r["cold"] for r in ok]),
          "import_load": med([r["import_load"] for r in ok]),
@@ -475,7 +484,7 @@ def summarise(runs):
          "step": med([r["step"] * 1e3 if r.get("step") else None for r in ok]),
          "rss": med([r["rss_mib"] for r in ok]),
          "tokens": ok[-1]["tokens"], "windows": enc_windows[-1], "text": ok[-1]["text"],
-         "n": len(ok), "spread": None}
+         "n": len(ok), "spread": None, "clean": f"{n_clean}/{n_ok}"}
     per_tok = []        # from the instrumented transcription: its own total and encoder time
     for r in ok:
         if r["enc"] and r["tokens"]:
@@ -491,7 +500,8 @@ ROWS = [("cold command s", "cold", "{:.2f}", True), ("import+load s", "import_lo
         ("warm transcribe s", "warm", "{:.3f}", True), ("encoder s/window", "enc", "{:.3f}", True),
         ("decode ms/token", "per_token", "{:.1f}", True), ("decoder step ms", "step", "{:.1f}", True),
         ("peak RSS MiB", "rss", "{:.0f}", True), ("tokens / windows", None, None, False),
-        ("warm spread", "spread", "{:.0%}", False), ("words != nwhisper", None, None, False)]
+        ("warm spread", "spread", "{:.0%}", False), ("quiet runs", "clean", "{}", False),
+        ("words != nwhisper", None, None, False)]
 
 
 def table(title, summ, systems):
@@ -611,6 +621,7 @@ def main():
     p.add_argument("--no-first-cold", action="store_true", help="skip the run with an empty Numba cache")
     p.add_argument("--profile", action="store_true", help="cProfile one warm nwhisper transcription")
     p.add_argument("--child-timeout", type=float, default=900)
+    p.add_argument("--resume", metavar="RAW.jsonl", help="reuse the runs recorded in this file; run the rest")
     args = p.parse_args()
     args.rounds = args.rounds or (1 if args.quick else 3)
     args.repeats = args.repeats or (2 if args.quick else 3)
@@ -620,17 +631,35 @@ def main():
     if "nwhisper" not in systems:
         systems.insert(0, "nwhisper")
     os.makedirs(args.work, exist_ok=True)
+    done = {}           # (round, model, clip, system) -> result, from --resume
+    if args.resume:
+        with open(args.resume) as f:
+            for line in f:
+                rec = json.loads(line)
+                if rec.get("rev_sha") and not args.rev:
+                    args.rev = rec["rev_sha"]      # the same snapshot as the run resumed
+                if "system" in rec and "error" not in rec["result"]:
+                    done[(rec["round"], rec["model"], rec["clip"], rec["system"])] = rec["result"]
     if args.rev:
         sha = sh(["git", "-C", ROOT, "rev-parse", args.rev], check=True).stdout.strip()
         args.src = os.path.join(args.work, "src-" + sha[:12])
         if not os.path.isdir(args.src):
             os.makedirs(args.src)
             subprocess.run(f"git -C {ROOT} archive {sha} nwhisper | tar -x -C {args.src}", shell=True, check=True)
-        args.rev = f"{args.rev} ({sha[:10]})"
+        args.rev = f"{args.rev} ({sha[:10]})" if not args.rev.startswith(sha) else sha[:10]
+    else:
+        sha = None
     if not os.path.exists(args.peer_python):
         print(f"no peer interpreter at {args.peer_python}: only nwhisper runs")
         systems = ["nwhisper"]
     numba_cache = os.path.join(args.work, "numba-cache-" + os.path.basename(args.src.rstrip("/")))
+    raw_path = args.resume or os.path.join(args.work, f"raw-{time.strftime('%Y%m%d-%H%M%S')}.jsonl")
+    raw = open(raw_path, "a")
+
+    def record(**rec):
+        raw.write(json.dumps(rec) + "\n")
+        raw.flush()
+    print(f"raw results: {raw_path} (continue an interrupted run with --resume {raw_path})", flush=True)
 
     files, npys = prepare(args, models, clips)
     t_start = time.time()
@@ -645,11 +674,17 @@ def main():
 
     la, waited = wait_quiet(args.quiet_load, args.max_wait)
     print(f"load average {la:.2f} after waiting {waited:.0f} s; timing", flush=True)
+    record(start=time.time(), load=la, waited=waited, rev_sha=sha)
     first_cold = {}
     if not args.no_first_cold and not args.quick:
         for model in models:              # every kernel compiles: an empty cache per model
-            with tempfile.TemporaryDirectory(dir=args.work) as empty:
-                r = run_child(args, "nwhisper", model, clips[0], files, npys, 0, empty)
+            key = ("first", model, clips[0], "nwhisper")
+            if key in done:
+                r = done[key]
+            else:
+                with tempfile.TemporaryDirectory(dir=args.work) as empty:
+                    r = run_child(args, "nwhisper", model, clips[0], files, npys, 0, empty)
+                record(round="first", model=model, clip=clips[0], system="nwhisper", result=r)
             first_cold[model] = r
             print(f"nwhisper first-ever cold, {model}: "
                   f"{r.get('cold', float('nan')):.1f} s {r.get('error', '')}", flush=True)
@@ -660,11 +695,17 @@ def main():
             for clip in clips:
                 order = systems[rnd % len(systems):] + systems[:rnd % len(systems)]
                 for s in order:
-                    r = run_child(args, s, model, clip, files, npys, args.repeats, numba_cache)
+                    key = (rnd, model, clip, s)
+                    if key in done:
+                        r = done[key]
+                    else:
+                        r = run_child(args, s, model, clip, files, npys, args.repeats, numba_cache)
+                        record(round=rnd, model=model, clip=clip, system=s, result=r)
                     runs.setdefault((model, clip, s), []).append(r)
                     msg = r.get("error") or (f"cold {r['cold']:.2f} s, warm {med(r['warm']):.3f} s, "
                                              f"foreign {r['foreign']:.2f} cores, load {r['load']:.2f}")
-                    print(f"  round {rnd + 1}/{args.rounds} {model} {clip}s {s}: {msg}", flush=True)
+                    print(f"  round {rnd + 1}/{args.rounds} {model} {clip}s {s}: {msg}"
+                          f"{' (resumed)' if key in done else ''}", flush=True)
 
     print()
     print(header(args, systems))
@@ -678,7 +719,7 @@ def main():
               f"{sum(r['attempts'] - 1 for r in all_runs)} rerun(s) for noise; total {time.time() - t_start:.0f} s")
     for model in models:
         for clip in clips:
-            summ = {s: summarise(runs.get((model, clip, s), [])) for s in systems}
+            summ = {s: summarise(runs.get((model, clip, s), []), args.max_foreign) for s in systems}
             dur = os.path.getsize(npys[clip]) / 4 / 16000
             print()
             print(table(f"{model} · {os.path.basename(CLIPS[clip])} ({dur:.1f} s)", summ, systems))
