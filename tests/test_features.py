@@ -34,6 +34,19 @@ FW = json.load(open(os.path.join(FIX, "golden", "model-fw.json"), encoding="utf-
 BEAM = json.load(open(os.path.join(FIX, "golden", "features-beam.json"), encoding="utf-8"))
 OPENAI = json.load(open(os.path.join(FIX, "golden", "features-openai.json"), encoding="utf-8"))
 MODELS = ["tiny.en", "base"]
+# base is ~3x tiny.en's cost: by default its per-clip tests run on these eight clips (English
+# read and spoken digits, Dutch, Czech, synthetic); NWHISPER_ALL_CLIPS=1 runs every clip
+# (all pass: see the module's commit message and the issue report).
+BASE_SUBSET = {"jfk.wav", "librivox/sense_and_sensibility_01_austen_64kb-0870.flac", "cards/002.wav",
+               "librivox/sense_and_sensibility_01_austen_64kb-0880.flac",
+               "librivox/sense_and_sensibility_01_austen_64kb-0890.flac",
+               "fillets/nl-vit-v-automat.ogg", "fillets/cs-vit-v-automat.ogg", "espeak/en-11s.flac"}
+ALL_CLIPS = os.environ.get("NWHISPER_ALL_CLIPS") == "1"
+
+
+def clips(name, table):
+    """(clip, golden) pairs of a golden table that this run checks for model `name`."""
+    return [(c, g) for c, g in table.items() if name != "base" or ALL_CLIPS or c in BASE_SUBSET]
 
 _loaded = {}
 
@@ -72,7 +85,7 @@ def test_timestamp_segments_match_hf_times(model):
     start/end to the 0.02 s of a timestamp token) on every short clip."""
     m, name = model
     bad = []
-    for clip, g in GREEDY["models"][name]["clips"].items():
+    for clip, g in clips(name, GREEDY["models"][name]["clips"]):
         ref = g["timestamps"]["segments"]
         segs, _ = m.transcribe(audio(clip, g["audio_sha256"]), language=lang_arg(m, g["language"]), timestamps=True)
         ours = [(s.start, s.end, s.tokens) for s in segs]
@@ -152,7 +165,7 @@ def test_beam5_equals_hf_num_beams_5(model):
     """Beam search, 5 beams, on every short clip: the same text as HF generate(num_beams=5)."""
     m, name = model
     bad = []
-    for clip, g in BEAM["models"][name]["clips"].items():
+    for clip, g in clips(name, BEAM["models"][name]["clips"]):
         segs, _ = m.transcribe(audio(clip, g["audio_sha256"]), language=lang_arg(m, g["language"]), beam_size=5)
         text = "".join(s.text for s in segs)
         if text != g["text"]:
@@ -178,8 +191,8 @@ def test_word_timestamps_match_openai(model):
     the end of the clip's last word, which meets the padding (HF's zero samples here, openai's
     zero log-mel there) and is reported. Clips where the transcripts differ are counted."""
     m, name = model
-    worst, last, n, clips, differ = 0.0, 0.0, 0, 0, 0
-    for clip, g in OPENAI["models"][name]["clips"].items():
+    worst, last, n, n_clips, differ = 0.0, 0.0, 0, 0, 0
+    for clip, g in clips(name, OPENAI["models"][name]["clips"]):
         if not g["word_timestamps"]:
             continue
         segs, _ = m.transcribe(audio(clip, g["audio_sha256"]), language=lang_arg(m, g["language"]),
@@ -189,7 +202,7 @@ def test_word_timestamps_match_openai(model):
         if [w.word for w in ours] != [w["word"] for w in ref]:
             differ += 1
             continue
-        clips += 1
+        n_clips += 1
         for i, (a, b) in enumerate(zip(ours, ref)):
             assert abs(a.start - b["start"]) <= 0.1 + 1e-9, (clip, a, b)
             if i < len(ours) - 1:
@@ -198,9 +211,9 @@ def test_word_timestamps_match_openai(model):
             else:
                 last = max(last, abs(a.end - b["end"]))
             n += 1
-    print(f"{name}: {n} words in {clips} clips within {worst:.3f} s of openai (last words' ends: "
+    print(f"{name}: {n} words in {n_clips} clips within {worst:.3f} s of openai (last words' ends: "
           f"{last:.3f} s); {differ} clips with other words")
-    assert clips >= 5 and n >= 50
+    assert n_clips >= (5 if name == "tiny.en" or ALL_CLIPS else 2) and n >= (50 if name == "tiny.en" or ALL_CLIPS else 20)
 
 
 # ------------------------------------------------------------------------------ silences, VAD
