@@ -411,11 +411,12 @@ def busy_cores(seconds=1.0):
 
 
 def run_child(args, system, model, clip, files, npys, repeats, numba_cache, retry=True):
-    """One child; when other processes took more than --max-foreign cores during it, wait for a
-    quiet second and run it again (up to --attempts times in all; the last one is kept)."""
+    """One child, once the machine is quiet for a second (waiting --max-wait at most); when other
+    processes took more than --max-foreign cores during it, run it again (up to --attempts
+    times in all; the last one is kept). retry=False: no waiting, no second run."""
     for attempt in range(1, args.attempts + 1):
         t0 = time.time()
-        while busy_cores() > args.max_foreign and time.time() - t0 < args.max_wait:
+        while retry and busy_cores() > args.max_foreign and time.time() - t0 < args.max_wait:
             time.sleep(4)
         r = _run_child(args, system, model, clip, files, npys, repeats, numba_cache)
         r["attempts"] = attempt
