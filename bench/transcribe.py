@@ -147,7 +147,10 @@ elif SYSTEM.startswith("fw"):
 elif SYSTEM == "whisper.cpp":
     import _pywhispercpp as pw
     from pywhispercpp.model import Model
-    m = Model(A["ggml"], n_threads=THREADS, language=LANG, no_context=False, temperature=0.0,
+    # no_context=True clears the text carried over from the previous whisper_full() call (each
+    # call starts fresh, as every other system's does); windows inside a call still condition on
+    # the previous window's text (n_max_text_ctx), which is what whisper-cli does by default.
+    m = Model(A["ggml"], n_threads=THREADS, language=LANG, no_context=True, temperature=0.0,
               temperature_inc=0.0, print_progress=False, print_realtime=False,
               redirect_whispercpp_logs_to=None)
     T_LOADED = time.time()
@@ -269,7 +272,7 @@ res = {"t0": T0, "t_loaded": T_LOADED, "t_first": T_FIRST, "first": first, "warm
 if A["repeats"]:
     instrument()
     t = time.perf_counter()
-    run()
+    res["instr_text"], res["instr_tokens"] = run()
     res["instrumented"] = tock(t)
     res["enc"] = enc_t
     res["steps"] = len(step_t)
@@ -488,8 +491,9 @@ def summarise(runs, max_foreign):
          "n": len(ok), "spread": None, "clean": f"{n_clean}/{n_ok}"}
     per_tok = []        # from the instrumented transcription: its own total and encoder time
     for r in ok:
-        if r["enc"] and r["tokens"]:
-            per_tok.append((r["instrumented"] - sum(r["enc"])) / r["tokens"] * 1e3)
+        n = r.get("instr_tokens", r["tokens"])
+        if r["enc"] and n:
+            per_tok.append((r["instrumented"] - sum(r["enc"])) / n * 1e3)
     s["per_token"] = med(per_tok)
     warms = [w for r in ok for w in r["warm"]]
     if len(warms) > 1:
