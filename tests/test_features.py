@@ -11,18 +11,17 @@ Where the truth came from (all on the same 16 kHz samples, sha256-checked):
     (fixture clips at known places in faint noise), so its speech times are known exactly.
 """
 
-import difflib
-import hashlib
 import json
 import os
 import sys
 import time
 
-import numpy as np
 import pytest
 
 import nwhisper
-from nwhisper.io.audio import load_audio
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from fixture_audio import audio  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FIX = os.path.join(HERE, "..", "fixtures")
@@ -62,16 +61,6 @@ def model(request):
     return load(request.param), request.param
 
 
-_audio = {}
-
-
-def audio(clip, sha=None):
-    if clip not in _audio:
-        _audio[clip] = load_audio(os.path.join(FIX, clip))
-    a = _audio[clip]
-    if sha:
-        assert hashlib.sha256(a.tobytes()).hexdigest() == sha, f"{clip}: not the samples the oracle saw"
-    return a
 
 
 def lang_arg(m, lang):

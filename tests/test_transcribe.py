@@ -10,15 +10,17 @@ Golden data (fixtures/make_golden_models.py, on the same 16 kHz samples, checked
 """
 
 import difflib
-import hashlib
 import json
 import os
+import sys
 
 import numpy as np
 import pytest
 
 import nwhisper
-from nwhisper.io.audio import load_audio
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from fixture_audio import audio  # noqa: E402
 from nwhisper.io.convert import convert
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -33,16 +35,6 @@ def model(request):
     return nwhisper.load(request.param, device="cpu"), request.param
 
 
-_audio = {}
-
-
-def audio(clip, sha=None):
-    if clip not in _audio:
-        _audio[clip] = load_audio(os.path.join(FIX, clip))
-    a = _audio[clip]
-    if sha:
-        assert hashlib.sha256(a.tobytes()).hexdigest() == sha, f"{clip}: not the samples the oracle saw"
-    return a
 
 
 def short_clips(name):
