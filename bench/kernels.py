@@ -77,9 +77,9 @@ def op_table(be, d, heads, n_mels, repeat):
 
     def both_paths(name, q, k, v, out, causal=False, q_offset=0):
         p = be.scratch("bench.p", (heads, q.shape[0], k.shape[0]))
-        return [(f"{name} [{path}]", timed(lambda: fn(be, q, k, v, out, p, causal, q_offset), repeat))
-                for path, fn in (("blas", attention.attention_blas),
-                                 ("portable", attention.attention_portable))]
+        paths = (("blas", lambda: attention.attention_blas(be, q, k, v, out, heads, p, causal, q_offset)),
+                 ("portable", lambda: attention.attention_portable(be, q, k, v, out, p, causal, q_offset)))
+        return [(f"{name} [{path}]", timed(fn, repeat)) for path, fn in paths]
 
     rows = [
         ("conv1 (3000,80)->(3000,d) s1", timed(lambda: K.conv1d(be, mel, conv1_w, bias_d, c1, 1), repeat)),
@@ -92,6 +92,8 @@ def op_table(be, d, heads, n_mels, repeat):
         ("add (1500,d)", timed(lambda: K.add(be, x, y, y), repeat)),
     ]
     rows += both_paths("attention encoder 1500x1500", x, x, x, y)
+    rows.append(("attention encoder 1500x1500 [blas, no weights]",
+                 timed(lambda: attention.attention_blas(be, x, x, x, y, heads, None, False, 0), repeat)))
     rows += [
         ("layernorm (1,d)", timed(lambda: K.layernorm(be, x1, lnw, lnb, y1), repeat)),
         ("linear (1,d)x(d,d)+b", timed(lambda: K.linear(be, x1, w_dd, bias_d, y1), repeat)),

@@ -22,7 +22,7 @@ import numpy as np
 
 from nwhisper.kernels import _compile
 from nwhisper.kernels.elementwise import fill_elem
-from nwhisper.kernels.matmul import linear_elem
+from nwhisper.kernels.matmul import Int8Weight, linear_elem, linear_items, quantize_int8
 from nwhisper.kernels.reduce import softmax_row
 
 # Numba's OpenMP workers spin after each parallel loop by default; with few cores the spinning takes
@@ -42,14 +42,14 @@ class Backend:
         self._fns = {}
         self._scratch = {}
 
-    def _launcher(self, kernel):
-        fn = self._fns.get(kernel)
+    def _launcher(self, kernel, suffix=""):
+        fn = self._fns.get((kernel, suffix))
         if fn is None:
-            fn = getattr(self._launchers, kernel.__name__, None)
+            fn = getattr(self._launchers, kernel.__name__ + suffix, None)
             if fn is None:
                 raise KeyError(f"{kernel.__module__}.{kernel.__name__} is not a kernel body: "
                                "decorate it with @kernel in a module of _compile.BODY_MODULES")
-            self._fns[kernel] = fn
+            self._fns[(kernel, suffix)] = fn
         return fn
 
     def scratch(self, name, shape, dtype=np.float32):
@@ -66,20 +66,41 @@ class Backend:
             buf = self._scratch[key] = self.empty((max(grown, 1),), dtype)
         return buf[:size].reshape(shape)
 
+    # Up to this many rows a GEMM is a GEMV: linear_elem streams the weights once for all rows.
+    GEMV_ROWS = 8
+
+    def weight_int8(self, a):
+        """A matrix for gemm as int8 rows with per-row scales (kernels.matmul.Int8Weight); the
+        full-precision matrix stays beside it for GEMMs of many rows."""
+        q, scale = quantize_int8(a)
+        return Int8Weight(self.upload(q), self.upload(scale), self.weight(a))
+
+    def _linear_body(self, x, w, out, bias):
+        """out = x @ w.T (+ bias) by linear_elem; w f32/f16 or an Int8Weight."""
+        q, scale = (w.q, w.scale) if isinstance(w, Int8Weight) else (w, self._none)
+        n, n_in = x.shape
+        self.launch(linear_elem, linear_items(n, q.shape[0]), x, q, scale,
+                    self._none if bias is None else bias, out, n, n_in,
+                    work=n * q.shape[0] * n_in // 16)  # it vectorises: about 16 MACs a step
+
     def softmax_rows(self, x, scale=1.0, nq=1, causal=False, q_offset=0):
         """x = softmax(scale * x) along rows, in place, masked as reduce.softmax_row says;
         x (rows, n) f32. The portable body; a backend may run a faster equivalent."""
         self.launch(softmax_row, x.shape[0], x, x.shape[1], np.float32(scale), nq, causal,
-                    q_offset)
+                    q_offset, work=x.size)
 
 
 class CpuBackend(Backend):
     """Kernels as Numba parallel loops over NumPy arrays; GEMMs on BLAS."""
 
     name = "cpu"
+    # Below this many scalar steps a launch runs serially: about 10-30 µs of work, the cost of
+    # starting and joining a parallel region on a quiet machine.
+    PARALLEL_WORK = 1 << 15
 
     def __init__(self):
         super().__init__("cpu")
+        self._none = np.empty((0,), np.float32)
 
     def empty(self, shape, dtype=np.float32):
         return np.empty(shape, dtype)
@@ -103,7 +124,16 @@ class CpuBackend(Backend):
         return np.require(a, np.float32, ("C", "A"))
 
     def gemm(self, x, w, out, bias=None):
-        """out[n, o] = x[n, i] @ w[o, i].T (+ bias[o]); x, out f32 2-D; w from weight()."""
+        """out[n, o] = x[n, i] @ w[o, i].T (+ bias[o]); x, out f32 2-D; w from weight() or
+        weight_int8(). Up to GEMV_ROWS rows on linear_elem (a decoder step: BLAS would spread
+        a few-µs product over threads), more on BLAS."""
+        if x.shape[0] <= self.GEMV_ROWS:
+            if w.dtype not in (np.float32, np.int8):
+                raise TypeError(f"gemm: the weight is {w.dtype}; prepare it with be.weight()")
+            self._linear_body(x, w, out, bias)
+            return
+        if isinstance(w, Int8Weight):
+            w = w.full
         if w.dtype != np.float32:
             raise TypeError(f"gemm: the weight is {w.dtype}; prepare it with be.weight() "
                             "(NumPy has no BLAS for it)")
@@ -111,12 +141,16 @@ class CpuBackend(Backend):
         if bias is not None:
             out += bias
 
-    def launch(self, kernel, count, *args):
-        """Run body `kernel(i, *args)` for i in range(count), in parallel."""
+    def launch(self, kernel, count, *args, work=None):
+        """Run body `kernel(i, *args)` for i in range(count): in parallel when the launch has at
+        least PARALLEL_WORK scalar steps (`work`, default `count`: one per item), else serially
+        in this thread — a decoder step's launches are all small, and sharing each out would cost
+        more than it does (_compile.py says why)."""
         if count <= 0:
             return
+        serial = (count if work is None else work) < self.PARALLEL_WORK
         try:
-            self._launcher(kernel)(count, *args)
+            self._launcher(kernel, "_serial" if serial else "")(count, *args)
         except Exception as e:
             if any(getattr(a, "dtype", None) == np.float16 for a in args):
                 raise TypeError(f"{kernel.__name__}: float16 arrays cannot reach CPU kernels; "
@@ -151,7 +185,7 @@ class CudaBackend(Backend):
         if self.fast_paths:
             from nwhisper.kernels import _cuda_fast
             self._fast = _cuda_fast
-        self._no_bias = self.empty((0,), np.float32)
+        self._none = self.empty((0,), np.float32)
 
     def _memory_error(self, nbytes, err):
         free, total = self._cuda.current_context().get_memory_info()
@@ -195,13 +229,17 @@ class CudaBackend(Backend):
 
     def gemm(self, x, w, out, bias=None):
         """out[n, o] = x[n, i] @ w[o, i].T (+ bias[o]): a tiled GEMM, or a GEMV for a few rows
-        (kernels/_cuda_fast.py); without fast paths the portable body matmul.linear_elem."""
-        bias = self._no_bias if bias is None else bias
+        (kernels/_cuda_fast.py); without fast paths the portable body matmul.linear_elem.
+        An Int8Weight runs linear_elem for up to GEMV_ROWS rows and its full matrix above."""
+        if isinstance(w, Int8Weight):
+            if x.shape[0] <= self.GEMV_ROWS:
+                self._linear_body(x, w, out, bias)
+                return
+            w = w.full
         if self.fast_paths:
-            self._fast.gemm(x, w, bias, out)
+            self._fast.gemm(x, w, self._none if bias is None else bias, out)
         else:
-            n, n_in = x.shape
-            self.launch(linear_elem, n * w.shape[0], x, w, bias, out, n, n_in)
+            self._linear_body(x, w, out, bias)
 
     def softmax_rows(self, x, scale=1.0, nq=1, causal=False, q_offset=0):
         """As Backend.softmax_rows; with fast paths one block of threads per row."""
@@ -210,8 +248,9 @@ class CudaBackend(Backend):
         else:
             super().softmax_rows(x, scale, nq, causal, q_offset)
 
-    def launch(self, kernel, count, *args):
-        """Run body `kernel(i, *args)` for i in range(count), one CUDA thread each."""
+    def launch(self, kernel, count, *args, work=None):
+        """Run body `kernel(i, *args)` for i in range(count), one CUDA thread each (`work` is the
+        CPU's hint for choosing a serial loop; a GPU wants every launch wide)."""
         if count <= 0:
             return
         tpb = self.threads_per_block

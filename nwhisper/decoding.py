@@ -178,12 +178,12 @@ def _start(model, tok, enc, prompt):
     no-speech probability read at <|startoftranscript|>)."""
     be = model.be
     state = model.new_state(enc)
-    logits = model.decode(state, np.asarray(prompt, np.int32))
+    logits = model.decode(state, np.asarray(prompt, np.int32),
+                          logits_for=(prompt.index(tok.sot), len(prompt) - 1))
     nsp = float("nan")
     if tok.no_speech is not None:
-        i = prompt.index(tok.sot)
-        nsp = float(np.exp(log_softmax(be.download(logits[i:i + 1])[0])[tok.no_speech]))
-    return state, logits[len(prompt) - 1:len(prompt)], nsp
+        nsp = float(np.exp(log_softmax(be.download(logits[0:1])[0])[tok.no_speech]))
+    return state, logits[1:2], nsp
 
 
 class GreedyDecoder:
@@ -331,12 +331,12 @@ class GreedyDecoder:
         limit = max(0, min(options.max_tokens, room))
         rules = TimestampRules(tok, self.n_vocab, options.max_initial_timestamp) if options.timestamps else None
         result = DecodingResult(tokens=[], prompt=list(prompt))
-        logits = model.decode(state, np.asarray(prompt, np.int32))
-        sot_index = prompt.index(tok.sot)
+        logits = model.decode(state, np.asarray(prompt, np.int32),
+                              logits_for=(prompt.index(tok.sot), len(prompt) - 1))
         if tok.no_speech is not None:
-            row = be.download(logits[sot_index:sot_index + 1])[0]
+            row = be.download(logits[0:1])[0]
             result.no_speech_prob = float(np.exp(log_softmax(row)[tok.no_speech]))
-        last = logits[len(prompt) - 1:len(prompt)]
+        last = logits[1:2]
         while len(result.tokens) < limit:
             first = not result.tokens
             if rules is None:

@@ -24,6 +24,7 @@ import numpy as np
 
 from . import kernels as K
 from .io.checkpoint import Checkpoint
+from .kernels.matmul import Int8Weight, quantize_int8
 
 LN_EPS = 1e-5   # torch.nn.LayerNorm's default, which every Whisper was trained with
 
@@ -34,13 +35,18 @@ def _host(a, dtype=None):
     return np.require(a, dtype=dtype or np.float32, requirements=["C", "A"])
 
 
+COMPUTE_TYPES = ("float32", "int8")
+
+
 class _Linear:
     """y = x·Wᵀ (+ b). k_proj has no bias: openai-whisper built its key projections with
     bias=False (a bias on the keys would add the same constant to every score of a query,
-    which softmax cancels), so `b` is None there."""
+    which softmax cancels), so `b` is None there. int8: W as int8 rows with per-row scales
+    for the few-row products of decoding (kernels.matmul.Int8Weight)."""
 
-    def __init__(self, be, ck, name, bias=True):
-        self.w = be.weight(_host(ck[name + ".weight"], ck[name + ".weight"].dtype))
+    def __init__(self, be, ck, name, bias=True, int8=False):
+        w = _host(ck[name + ".weight"], ck[name + ".weight"].dtype)
+        self.w = be.weight_int8(w) if int8 else be.weight(w)
         self.b = be.upload(_host(ck[name + ".bias"])) if bias else None
         self.n_out = ck[name + ".weight"].shape[0]
 
@@ -60,24 +66,28 @@ class _LayerNorm:
 
 
 class _Attention:
-    def __init__(self, be, ck, prefix):
-        self.q = _Linear(be, ck, prefix + ".q_proj")
-        self.k = _Linear(be, ck, prefix + ".k_proj", bias=False)
-        self.v = _Linear(be, ck, prefix + ".v_proj")
-        self.out = _Linear(be, ck, prefix + ".out_proj")
+    def __init__(self, be, ck, prefix, int8=False):
+        self.q = _Linear(be, ck, prefix + ".q_proj", int8=int8)
+        self.k = _Linear(be, ck, prefix + ".k_proj", bias=False, int8=int8)
+        self.v = _Linear(be, ck, prefix + ".v_proj", int8=int8)
+        self.out = _Linear(be, ck, prefix + ".out_proj", int8=int8)
 
 
 class _Block:
-    """One pre-LayerNorm residual block; `cross` adds the decoder's cross-attention."""
+    """One pre-LayerNorm residual block; `cross` adds the decoder's cross-attention (whose
+    k/v projections run once per window on 1500 rows: never int8)."""
 
-    def __init__(self, be, ck, prefix, cross):
+    def __init__(self, be, ck, prefix, cross, int8=False):
         self.attn_ln = _LayerNorm(be, ck, prefix + ".self_attn_layer_norm")
-        self.attn = _Attention(be, ck, prefix + ".self_attn")
+        self.attn = _Attention(be, ck, prefix + ".self_attn", int8)
         self.cross_ln = _LayerNorm(be, ck, prefix + ".encoder_attn_layer_norm") if cross else None
-        self.cross = _Attention(be, ck, prefix + ".encoder_attn") if cross else None
+        self.cross = _Attention(be, ck, prefix + ".encoder_attn", int8) if cross else None
+        if cross and int8:  # the window's cross K/V: 1500 rows on BLAS, no int8 copy needed
+            self.cross.k = _Linear(be, ck, prefix + ".encoder_attn.k_proj", bias=False)
+            self.cross.v = _Linear(be, ck, prefix + ".encoder_attn.v_proj")
         self.mlp_ln = _LayerNorm(be, ck, prefix + ".final_layer_norm")
-        self.fc1 = _Linear(be, ck, prefix + ".fc1")
-        self.fc2 = _Linear(be, ck, prefix + ".fc2")
+        self.fc1 = _Linear(be, ck, prefix + ".fc1", int8=int8)
+        self.fc2 = _Linear(be, ck, prefix + ".fc2", int8=int8)
 
 
 class Scratch:
@@ -163,10 +173,19 @@ class BatchState:
 
 
 class Whisper:
-    """A Whisper model's weights on a backend, with `encode` and `decode`."""
+    """A Whisper model's weights on a backend, with `encode` and `decode`.
 
-    def __init__(self, ck: Checkpoint, be):
-        self.be, self.dims = be, ck.dims
+    compute_type "int8": the decoder's projections and its output projection also keep int8
+    rows with per-row scales, which decoding's one-to-few-row products read instead of f32
+    (a quarter of the bytes; a decoder step is memory-bound). The encoder, the window's cross
+    K/V and every product of many rows stay f32 on BLAS."""
+
+    def __init__(self, ck: Checkpoint, be, compute_type="float32"):
+        if compute_type not in COMPUTE_TYPES:
+            raise ValueError(f"unknown compute type {compute_type!r}: expected one of "
+                             f"{', '.join(COMPUTE_TYPES)}")
+        self.be, self.dims, self.compute_type = be, ck.dims, compute_type
+        int8 = compute_type == "int8"
         d = ck.dims
         self.conv1_w = be.upload(_host(ck["model.encoder.conv1.weight"]))
         self.conv1_b = be.upload(_host(ck["model.encoder.conv1.bias"]))
@@ -179,8 +198,13 @@ class Whisper:
         # The token embedding is also the output projection (Whisper ties them); it stays in the
         # checkpoint's precision: at f16 that halves the bytes the last GEMV of every step reads.
         self.tok_emb = be.upload(_host(emb, emb.dtype))
+        self.out_proj = self.tok_emb
+        if int8:
+            q, scale = quantize_int8(_host(emb))
+            self.out_proj = Int8Weight(be.upload(q), be.upload(scale), be.weight(self.tok_emb))
         self.dec_pos = be.upload(_host(ck["model.decoder.embed_positions.weight"]))
-        self.dec_blocks = [_Block(be, ck, f"model.decoder.layers.{i}", cross=True) for i in range(d.n_text_layer)]
+        self.dec_blocks = [_Block(be, ck, f"model.decoder.layers.{i}", cross=True, int8=int8)
+                           for i in range(d.n_text_layer)]
         self.dec_ln = _LayerNorm(be, ck, "model.decoder.layer_norm")
         self.scratch = Scratch(be)
 
@@ -251,14 +275,17 @@ class Whisper:
         hh = s.get("dh", n, width)
         self.dec_ln(be, x, hh)
         logits = s.get("logits", n, d.n_vocab)
-        K.logits(be, hh, self.tok_emb, logits)
+        K.logits(be, hh, self.out_proj, logits)
         state.length = pos + 1
         return logits
 
-    def decode(self, state, ids, cross_weights=None):
+    def decode(self, state, ids, cross_weights=None, logits_for=None):
         """Run tokens `ids` (int32 device or host array, n ≥ 1) at positions state.length… and
         return their logits (n, n_vocab) on the device; the KV cache grows by n.
 
+        logits_for: positions within `ids` whose logits are wanted (a prompt needs one or two of
+        its rows, and the vocabulary projection is the biggest product of the decoder); the
+        result then has one row per position, in that order.
         cross_weights: a dict {layer: None} to fill with each listed layer's cross-attention
         probabilities, host (n_head, n, n_audio_ctx) float32 (word timestamps)."""
         be, d, s = self.be, self.dims, self.scratch
@@ -271,15 +298,20 @@ class Whisper:
         K.add_rows(be, x, self.dec_pos, pos)
         for i, blk in enumerate(self.dec_blocks):
             self._self_attention(blk, x, n, (state, i))
-            p = self._cross_attention(blk, x, n, state, i)
             if cross_weights is not None and i in cross_weights:
-                cross_weights[i] = be.download(p)
+                cross_weights[i] = be.download(self._cross_attention(blk, x, n, state, i, True))
+            else:
+                self._cross_attention(blk, x, n, state, i)
             self._mlp(blk, x, n)
+        if logits_for is not None:
+            rows = s.get("rows", len(logits_for), width)
+            K.embed(be, x, be.upload(np.asarray(logits_for, np.int32)), rows)
+            x, n = rows, len(logits_for)
         h = s.get("dh", n, width)
         self.dec_ln(be, x, h)
         logits = s.get("logits", n, d.n_vocab)
-        K.logits(be, h, self.tok_emb, logits)
-        state.length = pos + n
+        K.logits(be, h, self.out_proj, logits)
+        state.length += ids.shape[0]
         return logits
 
     # ---------------------------------------------------------------- the three sublayers
@@ -295,26 +327,29 @@ class Whisper:
             k = blk.attn.k(be, h, s.get("k", n, width))
             v = blk.attn.v(be, h, s.get("v", n, width))
             a = s.get("a", n, width)
-            K.attention(be, q, k, v, a, heads)
+            K.attention(be, q, k, v, a, heads, weights=False)
         else:
             state, i = cache
             pos = state.length
-            k = blk.attn.k(be, h, s.get("k", n, width))
-            v = blk.attn.v(be, h, s.get("v", n, width))
-            K.kv_write(be, state.self_k[i], pos, k)
-            K.kv_write(be, state.self_v[i], pos, v)
+            if pos + n > state.self_k[i].shape[0]:
+                raise IndexError(f"KV cache of {state.self_k[i].shape[0]}: rows {pos}..{pos + n}")
+            blk.attn.k(be, h, state.self_k[i][pos:pos + n])   # projected straight into the cache
+            blk.attn.v(be, h, state.self_v[i][pos:pos + n])
             a = s.get("a", n, width)
             K.attention(be, q, state.self_k[i][:pos + n], state.self_v[i][:pos + n], a, heads,
                         causal=True, q_offset=pos)
         o = blk.attn.out(be, a, s.get("o", n, width))
         K.add(be, x, o, x)
 
-    def _cross_attention(self, blk, x, n, state, i):
+    def _cross_attention(self, blk, x, n, state, i, weights=False):
+        """x += out_proj(attention(LN(x)) over the window's cross K/V); returns the attention
+        probabilities (n_head, n, n_audio_ctx) when `weights`, else None."""
         be, s, width = self.be, self.scratch, x.shape[1]
         h = blk.cross_ln(be, x, s.get("h", n, width))
         q = blk.cross.q(be, h, s.get("q", n, width))
         a = s.get("a", n, width)
-        p = K.attention(be, q, state.cross_k[i], state.cross_v[i], a, self.dims.n_text_head)
+        p = K.attention(be, q, state.cross_k[i], state.cross_v[i], a, self.dims.n_text_head,
+                        weights=weights)
         o = blk.cross.out(be, a, s.get("o", n, width))
         K.add(be, x, o, x)
         return p

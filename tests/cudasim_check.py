@@ -27,7 +27,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from nwhisper import backend  # noqa: E402
 from nwhisper import kernels as K  # noqa: E402
-from nwhisper.kernels.matmul import linear_elem  # noqa: E402
+from nwhisper.kernels.matmul import linear_elem, linear_items  # noqa: E402
 from nwhisper.kernels.reduce import softmax_row  # noqa: E402
 
 TOL = 5e-6  # relative: f32 on both sides, only the summation order differs (the CPU reassociates)
@@ -109,9 +109,16 @@ def linear(be, x, w, bias):
 def linear_portable(be, x, w, bias):
     """The portable body, for the fast paths' sake (the CPU side of this case runs BLAS)."""
     out = be.empty((x.shape[0], w.shape[0]))
-    bias = np.zeros(0, np.float32) if bias is None else bias
-    be.launch(linear_elem, out.size, be.upload(x), be.weight(w), be.upload(bias), out,
-              x.shape[0], x.shape[1])
+    none = be.upload(np.zeros(0, np.float32))
+    be.launch(linear_elem, linear_items(*out.shape), be.upload(x), be.weight(w), none,
+              none if bias is None else be.upload(bias), out, x.shape[0], x.shape[1])
+    return [be.download(out)]
+
+
+def linear_int8(be, x, w, bias):
+    """int8 rows with per-row scales (compute_type="int8"): linear_elem on both targets."""
+    out = be.empty((x.shape[0], w.shape[0]))
+    K.linear(be, be.upload(x), be.weight_int8(w), None if bias is None else be.upload(bias), out)
     return [be.download(out)]
 
 
@@ -172,6 +179,7 @@ CASES = [
     ("linear_tiled_bias", linear, (rand(20, 21), rand(18, 21), rand(18))),
     ("linear_tiled_f16", linear, (rand(17, 35), rand(33, 35, dtype=np.float16), rand(33))),
     ("linear_portable_f16", linear_portable, (rand(5, 35), rand(9, 35, dtype=np.float16), rand(9))),
+    ("linear_int8_bias", linear_int8, (rand(3, 37), rand(10, 37), rand(10))),
     ("logits_f16", logits, (rand(2, 16), rand(20, 16, dtype=np.float16))),
     ("attention_full", attention, (rand(6, 16), rand(6, 16), rand(6, 16), 2, False, 0)),
     ("attention_causal", attention, (rand(3, 16), rand(7, 16), rand(7, 16), 2, True, 4)),
@@ -196,11 +204,11 @@ def recording(be, signatures):
     """Make be.launch record the argument types of each body into `signatures`."""
     launch = be.launch
 
-    def record(kernel, count, *args):
+    def record(kernel, count, *args, work=None):
         sig = [describe(a) for a in args]
         if sig not in signatures.setdefault(kernel.__name__, []):
             signatures[kernel.__name__].append(sig)
-        launch(kernel, count, *args)
+        launch(kernel, count, *args, work=work)
     be.launch = record
 
 

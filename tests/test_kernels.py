@@ -17,7 +17,7 @@ import pytest
 from nwhisper import backend
 from nwhisper import kernels as K
 from nwhisper.kernels import _compile
-from nwhisper.kernels.matmul import linear_elem
+from nwhisper.kernels.matmul import linear_elem, linear_items, quantize_int8
 
 # The module, not the op that nwhisper.kernels re-exports under the same name.
 attention_mod = sys.modules["nwhisper.kernels.attention"]
@@ -148,9 +148,25 @@ def test_linear(be, rng, n, i, o, wdtype, with_bias):
     want = x.astype(np.float64) @ w.T.astype(np.float64) + (0 if bias is None else bias)
     check("linear (BLAS)", out, want)
     portable = be.empty((n, o))
-    be.launch(linear_elem, n * o, x, be.weight(w), np.zeros(0, np.float32) if bias is None else bias,
-              portable, n, i)
+    none = np.zeros(0, np.float32)
+    be.launch(linear_elem, linear_items(n, o), x, be.weight(w), none,
+              none if bias is None else bias, portable, n, i)
     check("linear portable body vs BLAS", portable, out)
+
+
+@pytest.mark.parametrize("n,i,o", [(1, 8, 3), (2, 64, 96), (1, 384, 1537), (12, 40, 9)])
+def test_linear_int8(be, rng, n, i, o):
+    """compute_type="int8": per-row int8 weights give x·(q·scale)ᵀ, whichever path runs (up to
+    GEMV_ROWS rows on linear_elem, more on BLAS with the full matrix); and q·scale is within half
+    a step of w."""
+    x, w, bias = rand(rng, n, i), rand(rng, o, i), rand(rng, o)
+    q, scale = quantize_int8(w)
+    assert q.dtype == np.int8 and np.abs(q).max() == 127
+    assert np.all(np.abs(q * scale[:, None] - w) <= scale[:, None] / 2 * (1 + 1e-6))
+    out = be.empty((n, o))
+    K.linear(be, x, be.weight_int8(w), bias, out)
+    full = w if n > be.GEMV_ROWS else q.astype(np.float64) * scale[:, None]
+    check("linear int8", out, x.astype(np.float64) @ full.T + bias)
 
 
 def test_linear_into_row_slices(be, rng):
@@ -186,6 +202,7 @@ ATTENTION_CASES = [  # nq, nk, n_head, causal, q_offset
     (1, 448, 8, True, 447),  # self-attention step at full context (base)
     (150, 150, 6, False, 0),
     (64, 64, 4, True, 0),
+    (20, 30, 2, True, 10),  # a prompt of 20 tokens after 10 cached ones: NumPy's masked softmax
 ]
 
 
@@ -198,11 +215,23 @@ def test_attention(be, rng, nq, nk, n_head, causal, q_offset):
     want_out, want_p = ref_attention(q, k, v, n_head, causal, q_offset)
     check("attention out", out, want_out)
     check("attention probabilities", p, want_p)
-    # The CPU's BLAS fast path against the portable bodies (the CUDA path).
+    # Every path against the portable bodies (the CUDA path), whichever one K.attention took.
     out_portable, p_portable = be.empty((nq, d)), be.empty((n_head, nq, nk))
     attention_mod.attention_portable(be, q, k, v, out_portable, p_portable, causal, q_offset)
-    check("attention portable vs BLAS, out", out_portable, out)
-    check("attention portable vs BLAS, probabilities", p_portable, p)
+    check("attention portable, out", out_portable, want_out)
+    check("attention portable, probabilities", p_portable, want_p)
+    if be.name == "cpu":
+        out_blas, p_blas = be.empty((nq, d)), be.empty((n_head, nq, nk))
+        attention_mod.attention_blas(be, q, k, v, out_blas, n_head, p_blas, causal, q_offset)
+        check("attention BLAS, out", out_blas, out_portable)
+        check("attention BLAS, probabilities", p_blas, p_portable)
+        if nq > attention_mod.FEW_QUERIES:
+            attention_mod.attention_blas(be, q, k, v, out_blas, n_head, None, causal, q_offset)
+            check("attention BLAS without weights, out", out_blas, out_portable)
+    if not causal:  # the encoder's call: no probabilities asked for
+        out_now = be.empty((nq, d))
+        assert K.attention(be, q, k, v, out_now, n_head, weights=False) is None
+        check("attention without weights, out", out_now, want_out)
 
 
 def test_attention_over_a_cache_prefix(be, rng):

@@ -12,8 +12,15 @@ Causal: query q sees keys j <= q + q_offset (q_offset = tokens already in the KV
 scores are never computed nor read. The probabilities stay in a scratch buffer and are returned
 (word timestamps read the cross-attention weights of some heads).
 
-On the CPU, the scores and values products run on BLAS per head instead (the same softmax body in
-between); tests hold that fast path to the portable one.
+The CPU runs the two products on BLAS per head instead, and its softmax in between two ways,
+both tested against the portable path:
+
+    a few queries (a decoder step)   softmax_row over every head's rows in one launch
+    many queries (the encoder)       NumPy, one head at a time while its scores are in cache:
+                                     NumPy's exp is vectorised, while a Numba loop calls libm's
+                                     exp one element at a time (that made the softmax 40 % of
+                                     the encoder); without weights to return, one head's
+                                     buffer serves all heads and 1/sum scales the output
 """
 
 import math
@@ -60,17 +67,27 @@ def attn_values_elem(i, p, v, out, nq, nk, width, hd, causal, q_offset):
     out[qi, col] = acc
 
 
-def attention(be, q, k, v, out, n_head, causal=False, q_offset=0):
-    """out = softmax(q k^T / sqrt(hd) [causal mask]) v per head; returns the probabilities.
+# Up to this many queries the CPU's softmax is one softmax_row launch over every head (a
+# decoder step); above, NumPy per head (bench/kernels.py).
+FEW_QUERIES = 8
+
+
+def attention(be, q, k, v, out, n_head, causal=False, q_offset=0, weights=True):
+    """out = softmax(q k^T / sqrt(hd) [causal mask]) v per head.
 
     q (nq, H*hd), k and v (nk, H*hd), out (nq, H*hd) f32, all row-contiguous (a KV cache is passed
-    as kcache[:L]). Returns p (H, nq, nk) f32: a view of the backend's scratch, valid until the
-    next attention call on that backend.
+    as kcache[:L]). weights=True returns the probabilities p (H, nq, nk) f32: a view of the
+    backend's scratch, valid until the next attention call on that backend; weights=False
+    returns None and lets the CPU skip storing them (the encoder's would be 54 MB per layer).
     """
-    p = be.scratch("attention.p", (n_head, q.shape[0], k.shape[0]))
-    path = attention_blas if be.name == "cpu" else attention_portable
-    path(be, q, k, v, out, p, causal, q_offset)
-    return p
+    nq, nk = q.shape[0], k.shape[0]
+    keep = weights or be.name != "cpu" or nq <= FEW_QUERIES
+    p = be.scratch("attention.p", (n_head, nq, nk)) if keep else None
+    if be.name != "cpu":
+        attention_portable(be, q, k, v, out, p, causal, q_offset)
+    else:
+        attention_blas(be, q, k, v, out, n_head, p, causal, q_offset)
+    return p if weights else None
 
 
 def attention_portable(be, q, k, v, out, p, causal, q_offset):
@@ -79,24 +96,41 @@ def attention_portable(be, q, k, v, out, p, causal, q_offset):
     width = q.shape[1]
     hd = width // n_head
     be.launch(attn_scores_elem, n_head * nq * nk, q, k, p, nq, nk, hd, causal, q_offset)
-    _softmax(be, p, hd, causal, q_offset)
+    be.softmax_rows(p.reshape(n_head * nq, nk), 1.0 / math.sqrt(hd), nq, causal, q_offset)
     be.launch(attn_values_elem, nq * width, p, v, out, nq, nk, width, hd, causal, q_offset)
 
 
-def attention_blas(be, q, k, v, out, p, causal, q_offset):
-    """CPU fast path: scores and values as BLAS products per head (NumPy arrays only); measured
-    faster than the portable launches from the one-token decoder step up (bench/kernels.py)."""
-    n_head, nq, nk = p.shape
+def attention_blas(be, q, k, v, out, n_head, p, causal, q_offset):
+    """CPU: per head s = q·kᵀ and out = softmax(s)·v on BLAS (NumPy arrays only).
+
+    A few queries: the scores of every head go to p (H, nq, nk), one softmax_row launch, then the
+    values. Many: head by head, the softmax in NumPy; with p the normalised probabilities are
+    kept there, with p None one (nq, nk) buffer serves every head."""
+    nq, nk = q.shape[0], k.shape[0]
     hd = q.shape[1] // n_head
     heads = [slice(h * hd, (h + 1) * hd) for h in range(n_head)]
+    if nq <= FEW_QUERIES:
+        for h, cols in enumerate(heads):
+            np.matmul(q[:, cols], k[:, cols].T, out=p[h])
+        be.softmax_rows(p.reshape(n_head * nq, nk), 1.0 / math.sqrt(hd), nq, causal, q_offset)
+        for h, cols in enumerate(heads):
+            np.matmul(p[h], v[:, cols], out=out[:, cols])
+        return
+    scale = np.float32(1.0 / math.sqrt(hd))
+    buf = np.empty((nq, nk), np.float32) if p is None else None
+    total = np.empty((nq, 1), np.float32)
+    masked = np.arange(nk) > np.arange(nq)[:, None] + q_offset if causal else None
     for h, cols in enumerate(heads):
-        np.matmul(q[:, cols], k[:, cols].T, out=p[h])
-    _softmax(be, p, hd, causal, q_offset)
-    for h, cols in enumerate(heads):
-        np.matmul(p[h], v[:, cols], out=out[:, cols])
-
-
-def _softmax(be, p, hd, causal, q_offset):
-    """p = softmax(p / sqrt(hd)) along keys, masked; p (H, nq, nk) raw scores."""
-    n_head, nq, nk = p.shape
-    be.softmax_rows(p.reshape(n_head * nq, nk), 1.0 / math.sqrt(hd), nq, causal, q_offset)
+        s = buf if p is None else p[h]
+        np.matmul(q[:, cols] * scale, k[:, cols].T, out=s)
+        if masked is not None:
+            s[masked] = -np.inf
+        s -= s.max(axis=1, keepdims=True)
+        np.exp(s, out=s)
+        np.sum(s, axis=1, keepdims=True, out=total)
+        if p is None:
+            np.matmul(s, v[:, cols], out=out[:, cols])
+            out[:, cols] /= total
+        else:
+            s /= total
+            np.matmul(s, v[:, cols], out=out[:, cols])

@@ -52,4 +52,4 @@ def softmax_rows(be, x):
 
 def argmax(be, logits, out):
     """out[r] = argmax(logits[r]) on the device, ties to the lowest index; (n, V) f32 -> (n,) int32."""
-    be.launch(argmax_row, logits.shape[0], logits, out, logits.shape[1])
+    be.launch(argmax_row, logits.shape[0], logits, out, logits.shape[1], work=logits.size)
