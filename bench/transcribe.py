@@ -116,8 +116,8 @@ if SYSTEM == "nwhisper":
         def encode(mel):
             t = time.perf_counter(); r = enc0(mel); enc_t.append(tock(t)); return r
 
-        def decode(state, ids):
-            t = time.perf_counter(); r = dec0(state, ids)
+        def decode(state, ids, **kw):
+            t = time.perf_counter(); r = dec0(state, ids, **kw)
             if len(ids) == 1:
                 step_t.append(tock(t))
             return r
@@ -524,7 +524,8 @@ def table(title, summ, systems):
                 cells.append(f"{v['tokens']} / {v['windows']}")
                 continue
             if key is None:
-                cells.append("-" if s == "nwhisper" else str(word_edits(base.get("text", ""), v["text"])))
+                cells.append("-" if s == "nwhisper" else
+                             str(word_edits(base["text"], v["text"])) if "text" in base else "n/a")
                 continue
             x = v.get(key)
             if x is None:
