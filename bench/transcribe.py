@@ -1,5 +1,5 @@
-"""End-to-end transcription on the CPU: nwhisper against faster-whisper, whisper.cpp, openai-whisper
-and transformers, on the same weights, the same audio and the same thread count.
+"""End-to-end transcription on the CPU: nwhisper (float32 and int8) against faster-whisper, whisper.cpp,
+openai-whisper and transformers, on the same weights, the same audio and the same thread count.
 
     python3 bench/transcribe.py                       # tiny.en + base, 11 s and 63 s clips, 3 rounds
     python3 bench/transcribe.py --quick               # 11 s clip, 1 round, 2 repeats: a few minutes
@@ -27,7 +27,12 @@ Systems are interleaved inside each round (their order rotates) and rounds repea
 give medians over rounds. A round 0 that is not recorded warms the OS page cache and Numba's
 on-disk kernel cache first.
 
-Rows (ratio = peer / nwhisper, so > 1 means nwhisper is faster or smaller):
+Systems: nwhisper (float32, the reference), nwhisper-int8 (compute_type="int8": int8 decoder weights),
+fw-f32, fw-int8 (faster-whisper), whisper.cpp, openai, transformers. Every ratio in a table is
+against nwhisper float32, nwhisper int8's included, so any two columns compare through their
+ratios; a line under each table puts the int8 decoders side by side (fw int8 / nwhisper int8).
+
+Rows (ratio = system / nwhisper, so > 1 means nwhisper is faster or smaller):
   cold command s      spawn of the python process -> first transcript in hand (interpreter start,
                       imports, model load, first transcription; nwhisper: Numba's kernels load from
                       a warm on-disk cache)
@@ -45,11 +50,15 @@ Rows (ratio = peer / nwhisper, so > 1 means nwhisper is faster or smaller):
   warm spread         (max - min) / median of the warm repeats used
   quiet runs          runs during which other processes took <= --max-foreign cores / all runs;
                       medians use the quiet ones only, unless there are none
-  words != nwhisper   word edits between the transcript and nwhisper's (lower case, no punctuation)
+  words != nwhisper   word edits between the transcript and nwhisper float32's (lower case, no
+                      punctuation); for nwhisper int8, what its int8 weights change
 A child during which other processes took more than --max-foreign cores is run again (this
 machine has 2 cores: a neighbour on one of them stalls every parallel region of a 2-thread run).
 Every child's result is appended to a raw .jsonl in --work as it comes: `--resume FILE` reruns
 only what that file lacks (same options), then prints the tables.
+Above the tables: bench/roofline.py's summary for the models benched (sgemm peak, memory bandwidth,
+the encoder's share of that peak, the decoder step against its bandwidth bound), run once after
+the rounds (--no-roofline skips it).
 Below the tables: nwhisper's first-ever cold run (empty Numba cache: every kernel compiles), the
 load average and the CPU time other processes took while the children ran ("foreign cores").
 """
@@ -74,10 +83,13 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 THREADS = 2
+THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMBA_NUM_THREADS",
+               "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS")
 CLIPS = {"11": "fixtures/espeak/en-11s.flac", "63": "fixtures/espeak/en-63s.flac"}
-SYSTEMS = ["nwhisper", "fw-f32", "fw-int8", "whisper.cpp", "openai", "transformers"]
-LABEL = {"nwhisper": "nwhisper", "fw-f32": "fw fp32", "fw-int8": "fw int8",
+SYSTEMS = ["nwhisper", "nwhisper-int8", "fw-f32", "fw-int8", "whisper.cpp", "openai", "transformers"]
+LABEL = {"nwhisper": "nwhisper", "nwhisper-int8": "nwhisper int8", "fw-f32": "fw fp32", "fw-int8": "fw int8",
          "whisper.cpp": "whisper.cpp", "openai": "openai-wh", "transformers": "HF"}
+INT8_PEERS = ["fw-int8"]    # peers decoding with int8 weights: also set beside nwhisper-int8
 
 # ---------------------------------------------------------------------------------------------
 # The child: one system, one model, one clip. Runs under nwhisper's interpreter (system python)
@@ -98,10 +110,10 @@ def tock(t):
     return time.perf_counter() - t
 
 
-if SYSTEM == "nwhisper":
+if SYSTEM.startswith("nwhisper"):
     sys.path.insert(0, A["src"])
     import nwhisper
-    m = nwhisper.load(A["model"], device="cpu")
+    m = nwhisper.load(A["model"], device="cpu", compute_type="int8" if SYSTEM == "nwhisper-int8" else "float32")
     T_LOADED = time.time()
     audio = np.load(A["npy"])
 
@@ -395,9 +407,7 @@ def hf_dir_fixups(hf_dir):
 
 def child_env(numba_cache):
     env = dict(os.environ)
-    for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMBA_NUM_THREADS",
-              "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS"):
-        env[k] = str(THREADS)
+    env.update({k: str(THREADS) for k in THREAD_VARS})
     env["NUMBA_CACHE_DIR"] = numba_cache
     env["TOKENIZERS_PARALLELISM"] = "false"
     env["HF_HUB_OFFLINE"] = "1"
@@ -413,14 +423,21 @@ def busy_cores(seconds=1.0):
     return (cpu_stat()[0] - b0) / seconds
 
 
+def settle(args):
+    """Wait until the machine is quiet for a second (other processes < --max-foreign cores), at most
+    --max-wait seconds."""
+    t0 = time.time()
+    while busy_cores() > args.max_foreign and time.time() - t0 < args.max_wait:
+        time.sleep(4)
+
+
 def run_child(args, system, model, clip, files, npys, repeats, numba_cache, retry=True):
-    """One child, once the machine is quiet for a second (waiting --max-wait at most); when other
-    processes took more than --max-foreign cores during it, run it again (up to --attempts
-    times in all; the last one is kept). retry=False: no waiting, no second run."""
+    """One child, once the machine is quiet (settle); when other processes took more than
+    --max-foreign cores during it, run it again (up to --attempts times in all; the last one is
+    kept). retry=False: no waiting, no second run."""
     for attempt in range(1, args.attempts + 1):
-        t0 = time.time()
-        while retry and busy_cores() > args.max_foreign and time.time() - t0 < args.max_wait:
-            time.sleep(4)
+        if retry:
+            settle(args)
         r = _run_child(args, system, model, clip, files, npys, repeats, numba_cache)
         r["attempts"] = attempt
         if "error" in r or r["foreign"] <= args.max_foreign or not retry:
@@ -434,7 +451,7 @@ def _run_child(args, system, model, clip, files, npys, repeats, numba_cache):
     a = {"system": system, "model": model, "language": "en", "threads": THREADS, "npy": npys[clip],
          "repeats": repeats, "src": args.src, "ct2": files[model]["ct2"], "hf": files[model]["hf"],
          "ggml": files[model]["ggml"], "pt": files[model]["pt"]}
-    py = sys.executable if system == "nwhisper" else args.peer_python
+    py = sys.executable if system.startswith("nwhisper") else args.peer_python
     la = loadavg()
     busy0, steal0 = cpu_stat()
     ch0 = children_cpu()
@@ -537,6 +554,13 @@ def table(title, summ, systems):
                 c += f" ({x / b:.2f}x)"
             cells.append(c)
         out.append(f"{label:{w0}}" + "".join(f"{c:>{w}}" for c in cells))
+    mine = summ.get("nwhisper-int8", {})
+    for s in INT8_PEERS:
+        peer = summ.get(s, {})
+        if s in systems and "nwhisper-int8" in systems and "error" not in peer and "error" not in mine:
+            out.append(f"int8 against int8, {LABEL[s]} / nwhisper int8: " + ", ".join(
+                f"{label} {peer[key] / mine[key]:.2f}x" for label, key, _, ratio in ROWS
+                if ratio and peer.get(key) and mine.get(key)))
     for s in systems:
         if "error" in summ.get(s, {}):
             out.append(f"  {LABEL[s]}: {summ[s]['error']}")
@@ -567,7 +591,7 @@ def header(args, systems):
         "(nwhisper: timestamps=True), condition on previous text, no VAD, language en; "
         f"systems: {', '.join(LABEL[s] for s in systems)}",
         f"{args.rounds} round(s) x (1 cold + {args.repeats} warm + 1 instrumented transcription) per "
-        "system, one subprocess each, interleaved; medians over rounds; ratio = peer / nwhisper"])
+        "system, one subprocess each, interleaved; medians over rounds; ratio = system / nwhisper (float32)"])
 
 
 def profile(args, model, clip, files, npys, numba_cache):
@@ -605,6 +629,16 @@ for suffix, name, label in want:
            f"by own time:\n" + "\n".join(keep)
 
 
+def roofline(args, models, numba_cache):
+    """bench/roofline.py's output for these models, run in a child once the machine is quiet."""
+    print("roofline", flush=True)
+    settle(args)
+    cmd = [sys.executable, os.path.join(ROOT, "bench", "roofline.py"), "--models", ",".join(models),
+           "--src", args.src] + (["--repeat", "3"] if args.quick else [])
+    r = sh(cmd, env=child_env(numba_cache), cwd=ROOT, timeout=args.child_timeout)
+    return r.stdout.strip() if not r.returncode else f"roofline failed: {r.stderr.strip()[-500:]}"
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -626,6 +660,7 @@ def main():
     p.add_argument("--attempts", type=int, default=3, help="... at most this many runs in all")
     p.add_argument("--no-first-cold", action="store_true", help="skip the run with an empty Numba cache")
     p.add_argument("--profile", action="store_true", help="cProfile one warm nwhisper transcription")
+    p.add_argument("--no-roofline", action="store_true", help="skip bench/roofline.py's summary")
     p.add_argument("--child-timeout", type=float, default=900)
     p.add_argument("--resume", metavar="RAW.jsonl", help="reuse the runs recorded in this file; run the rest")
     args = p.parse_args()
@@ -657,7 +692,7 @@ def main():
         sha = None
     if not os.path.exists(args.peer_python):
         print(f"no peer interpreter at {args.peer_python}: only nwhisper runs")
-        systems = ["nwhisper"]
+        systems = [s for s in systems if s.startswith("nwhisper")]
     numba_cache = os.path.join(args.work, "numba-cache-" + os.path.basename(args.src.rstrip("/")))
     raw_path = args.resume or os.path.join(args.work, f"raw-{time.strftime('%Y%m%d-%H%M%S')}.jsonl")
     raw = open(raw_path, "a")
@@ -713,6 +748,7 @@ def main():
                     print(f"  round {rnd + 1}/{args.rounds} {model} {clip}s {s}: {msg}"
                           f"{' (resumed)' if key in done else ''}", flush=True)
 
+    roof = None if args.no_roofline else roofline(args, models, numba_cache)
     print()
     print(header(args, systems))
     all_runs = [r for rs in runs.values() for r in rs if "error" not in r]
@@ -723,6 +759,9 @@ def main():
               f"{statistics.median(fo):.2f} cores, max {max(fo):.2f}; steal median "
               f"{statistics.median(r['steal'] for r in all_runs):.2f}; "
               f"{sum(r['attempts'] - 1 for r in all_runs)} rerun(s) for noise; total {time.time() - t_start:.0f} s")
+    if roof:
+        print()
+        print(roof)
     for model in models:
         for clip in clips:
             summ = {s: summarise(runs.get((model, clip, s), []), args.max_foreign) for s in systems}
