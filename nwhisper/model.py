@@ -115,6 +115,7 @@ class DecoderState:
     layer, the encoder states projected by the cross-attention's key and value weights — the
     encoder does not change while the window is decoded, so these are computed ONCE here rather
     than recomputed for every token (that would be 2 · 1500 · d² multiply-adds per layer per token).
+    They are kept in the layout the backend's attention reads fastest (`be.heads`).
     """
 
     def __init__(self, model, enc):
@@ -129,8 +130,8 @@ class DecoderState:
             v = be.empty((enc.shape[0], width), np.float32)
             blk.cross.k(be, enc, k)
             blk.cross.v(be, enc, v)
-            self.cross_k.append(k)
-            self.cross_v.append(v)
+            self.cross_k.append(be.heads(k, d.n_text_head))
+            self.cross_v.append(be.heads(v, d.n_text_head))
 
 
 class BatchState:

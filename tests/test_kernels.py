@@ -228,6 +228,11 @@ def test_attention(be, rng, nq, nk, n_head, causal, q_offset):
         if nq > attention_mod.FEW_QUERIES:
             attention_mod.attention_blas(be, q, k, v, out_blas, n_head, None, causal, q_offset)
             check("attention BLAS without weights, out", out_blas, out_portable)
+        kh, vh = be.heads(k, n_head), be.heads(v, n_head)  # the cross-attention's layout
+        assert kh.shape == (n_head, nk, d // n_head)
+        p_heads = K.attention(be, q, kh, vh, out_blas, n_head, causal=causal, q_offset=q_offset)
+        check("attention over head-major K/V, out", out_blas, out_portable)
+        check("attention over head-major K/V, probabilities", p_heads, p_portable)
     if not causal:  # the encoder's call: no probabilities asked for
         out_now = be.empty((nq, d))
         assert K.attention(be, q, k, v, out_now, n_head, weights=False) is None

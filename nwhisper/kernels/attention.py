@@ -76,11 +76,12 @@ def attention(be, q, k, v, out, n_head, causal=False, q_offset=0, weights=True):
     """out = softmax(q k^T / sqrt(hd) [causal mask]) v per head.
 
     q (nq, H*hd), k and v (nk, H*hd), out (nq, H*hd) f32, all row-contiguous (a KV cache is passed
-    as kcache[:L]). weights=True returns the probabilities p (H, nq, nk) f32: a view of the
+    as kcache[:L]); on the CPU k and v may also be head-major (H, nk, hd), as be.heads makes the
+    cross-attention's. weights=True returns the probabilities p (H, nq, nk) f32: a view of the
     backend's scratch, valid until the next attention call on that backend; weights=False
     returns None and lets the CPU skip storing them (the encoder's would be 54 MB per layer).
     """
-    nq, nk = q.shape[0], k.shape[0]
+    nq, nk = q.shape[0], k.shape[k.ndim - 2]  # (nk, width) or head-major (H, nk, hd)
     keep = weights or be.name != "cpu" or nq <= FEW_QUERIES
     p = be.scratch("attention.p", (n_head, nq, nk)) if keep else None
     if be.name != "cpu":
@@ -101,20 +102,29 @@ def attention_portable(be, q, k, v, out, p, causal, q_offset):
 
 
 def attention_blas(be, q, k, v, out, n_head, p, causal, q_offset):
-    """CPU: per head s = q·kᵀ and out = softmax(s)·v on BLAS (NumPy arrays only).
+    """CPU: per head s = q·kᵀ and out = softmax(s)·v on BLAS (NumPy arrays only); k and v
+    (nk, H*hd), or head-major (H, nk, hd).
 
     A few queries: the scores of every head go to p (H, nq, nk), one softmax_row launch, then the
-    values. Many: head by head, the softmax in NumPy; with p the normalised probabilities are
-    kept there, with p None one (nq, nk) buffer serves every head."""
-    nq, nk = q.shape[0], k.shape[0]
+    values (head-major: each product one batched call). Many: head by head, the softmax in
+    NumPy; with p the normalised probabilities are kept there, with p None one (nq, nk) buffer
+    serves every head."""
+    nq, nk = q.shape[0], k.shape[k.ndim - 2]  # (nk, width) or head-major (H, nk, hd)
     hd = q.shape[1] // n_head
     heads = [slice(h * hd, (h + 1) * hd) for h in range(n_head)]
+    head_major = k.ndim == 3
     if nq <= FEW_QUERIES:
-        for h, cols in enumerate(heads):
-            np.matmul(q[:, cols], k[:, cols].T, out=p[h])
+        if head_major:
+            np.matmul(q.reshape(nq, n_head, hd).transpose(1, 0, 2), k.transpose(0, 2, 1), out=p)
+        else:
+            for h, cols in enumerate(heads):
+                np.matmul(q[:, cols], k[:, cols].T, out=p[h])
         be.softmax_rows(p.reshape(n_head * nq, nk), 1.0 / math.sqrt(hd), nq, causal, q_offset)
-        for h, cols in enumerate(heads):
-            np.matmul(p[h], v[:, cols], out=out[:, cols])
+        if head_major:
+            out.reshape(nq, n_head, hd)[:] = np.matmul(p, v).transpose(1, 0, 2)
+        else:
+            for h, cols in enumerate(heads):
+                np.matmul(p[h], v[:, cols], out=out[:, cols])
         return
     scale = np.float32(1.0 / math.sqrt(hd))
     buf = np.empty((nq, nk), np.float32) if p is None else None
@@ -122,15 +132,16 @@ def attention_blas(be, q, k, v, out, n_head, p, causal, q_offset):
     masked = np.arange(nk) > np.arange(nq)[:, None] + q_offset if causal else None
     for h, cols in enumerate(heads):
         s = buf if p is None else p[h]
-        np.matmul(q[:, cols] * scale, k[:, cols].T, out=s)
+        np.matmul(q[:, cols] * scale, (k[h] if head_major else k[:, cols]).T, out=s)
         if masked is not None:
             s[masked] = -np.inf
         s -= s.max(axis=1, keepdims=True)
         np.exp(s, out=s)
         np.sum(s, axis=1, keepdims=True, out=total)
+        vh = v[h] if head_major else v[:, cols]
         if p is None:
-            np.matmul(s, v[:, cols], out=out[:, cols])
+            np.matmul(s, vh, out=out[:, cols])
             out[:, cols] /= total
         else:
             s /= total
-            np.matmul(s, v[:, cols], out=out[:, cols])
+            np.matmul(s, vh, out=out[:, cols])
