@@ -553,7 +553,8 @@ def table(title, summ, systems):
             if ratio and s != "nwhisper" and b:
                 c += f" ({x / b:.2f}x)"
             cells.append(c)
-        out.append(f"{label:{w0}}" + "".join(f"{c:>{w}}" for c in cells))
+        # a space before every cell, so one that overflows its width still stands apart
+        out.append(f"{label:{w0}}" + "".join(f" {c:>{w - 1}}" for c in cells))
     mine = summ.get("nwhisper-int8", {})
     for s in INT8_PEERS:
         peer = summ.get(s, {})
