@@ -24,12 +24,12 @@ from .transcribe import TranscribeOptions, Transcriber, transcribe_speech
 class WhisperModel:
     """A checkpoint loaded onto a backend, with its tokenizer."""
 
-    def __init__(self, name_or_path=DEFAULT_MODEL, device="auto"):
+    def __init__(self, name_or_path=DEFAULT_MODEL, device="auto", compute_type="float32"):
         self.checkpoint = ck = load_checkpoint(name_or_path)
         self.backend = B.get(device)
         self.dims = ck.dims
         self.tokenizer = Tokenizer.from_checkpoint(ck)
-        self.model = Whisper(ck, self.backend)
+        self.model = Whisper(ck, self.backend, compute_type)
         self._transcriber = Transcriber(self.model, self.tokenizer, ck)
 
     def encode(self, audio):
@@ -66,15 +66,20 @@ class WhisperModel:
                    timestamps=False, condition_on_previous_text=True, beam_size=None, best_of=5,
                    patience=1.0, temperature=0.0, compression_ratio_threshold=2.4,
                    logprob_threshold=-1.0, no_speech_threshold=0.6, word_timestamps=False,
-                   vad=False, initial_prompt=None, progress=None):
+                   hallucination_silence_threshold=None, vad=False, initial_prompt=None, progress=None):
         """audio: a path, bytes, or 16 kHz mono float32 samples → ([Segment], TranscriptionInfo).
 
         language: a code (any case; an unknown one is named in the error), None to detect it on a
         multilingual model. temperature: a number, or a sequence for openai's fallback ladder
         (`transcribe.FALLBACK_TEMPERATURES`). no_speech_threshold: None or ≥ 1 never skips a
-        window. initial_prompt: text the first window is conditioned on (openai's). vad: skip non-speech first (True: the energy detector; or a function
-        speech_regions(samples, sr) → [(start, end)] in samples); times stay on the
-        recording's clock. progress(done_s, total_s): called after every long-form window."""
+        window. hallucination_silence_threshold: seconds; with word_timestamps, skip silences
+        longer than this around text that looks made up (openai's option and rules; None: off).
+        initial_prompt: text the first window is conditioned on (openai's).
+        vad: transcribe only the speech, joined, with times on the recording's clock — True or
+        "silero" (Silero VAD with faster-whisper's vad_filter options: threshold 0.5,
+        min_silence 2000 ms, speech_pad 400 ms), "energy" (the energy detector), a detector
+        (chunk → p(speech), with reset()), or a function (samples, sr) → [(start, end)] in
+        samples. progress(done_s, total_s): called after every long-form window."""
         if task not in ("transcribe", "translate"):
             raise ValueError(f"task must be 'transcribe' or 'translate', not {task!r}")
         if task == "translate" and not self.dims.is_multilingual:
@@ -86,6 +91,12 @@ class WhisperModel:
                 raise ValueError(f"this model is English-only; it cannot transcribe language '{language}'")
         if beam_size is not None and beam_size < 1:
             raise ValueError(f"beam_size must be at least 1, not {beam_size}")
+        if hallucination_silence_threshold is not None:
+            if not word_timestamps:
+                raise ValueError("hallucination_silence_threshold needs word_timestamps=True")
+            if not hallucination_silence_threshold >= 0:
+                raise ValueError(f"hallucination_silence_threshold must be ≥ 0 seconds, "
+                                 f"not {hallucination_silence_threshold}")
         temps = tuple(float(t) for t in temperature) if isinstance(temperature, (tuple, list)) else (float(temperature),)
         opts = TranscribeOptions(
             language=language, task=task, max_tokens=max_tokens, timestamps=timestamps,
@@ -93,10 +104,11 @@ class WhisperModel:
             best_of=best_of, patience=patience, temperature=temps,
             compression_ratio_threshold=compression_ratio_threshold,
             logprob_threshold=logprob_threshold, no_speech_threshold=no_speech_threshold,
-            word_timestamps=word_timestamps, initial_prompt=initial_prompt)
+            word_timestamps=word_timestamps, hallucination_silence_threshold=hallucination_silence_threshold,
+            initial_prompt=initial_prompt)
         samples = _samples(audio)
-        if vad:
-            return transcribe_speech(self._transcriber, samples, opts, vad, progress)
+        if vad is not None and vad is not False:
+            return transcribe_speech(self._transcriber, samples, opts, "silero" if vad is True else vad, progress)
         return self._transcriber.transcribe(samples, opts, progress=progress)
 
 
@@ -112,5 +124,7 @@ def _samples(audio):
     return load_audio(audio)
 
 
-def load(name_or_path=DEFAULT_MODEL, device="auto"):
-    return WhisperModel(name_or_path, device)
+def load(name_or_path=DEFAULT_MODEL, device="auto", compute_type="float32"):
+    """A WhisperModel. compute_type "int8" decodes with int8 weights (per-row scales): faster on
+    the CPU, transcripts checked against float32's in tests/test_transcribe.py."""
+    return WhisperModel(name_or_path, device, compute_type)

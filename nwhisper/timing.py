@@ -188,7 +188,8 @@ def merge_punctuations(alignment, prepended, appended):
 
 def add_word_timestamps(tr, segments, enc, lang, opts, num_frames, time_offset, last_speech):
     """Fill `segment.words` for one window's segments (openai's add_word_timestamps); segment
-    start/end may move to their words'. Returns the new last-speech time."""
+    start/end may move to their words'. `last_speech`: where speech last ended before this
+    window (the long-form loop keeps it, as openai's last_speech_timestamp)."""
     from .transcribe import Word
 
     eot = tr.tok.eot
@@ -237,4 +238,3 @@ def add_word_timestamps(tr, segments, enc, lang, opts, num_frames, time_offset, 
                 seg.end = wl.end
             last_speech = seg.end
         seg.words = words
-    return last_speech

@@ -11,6 +11,9 @@ transcribed window by window. Two conventions, each chosen to match a reference 
   last complete timestamp — whether or not timestamps are printed. (A full window decoded with
   `<|notimestamps|>` can stop after one word; both peers avoid that this way.) The previous
   windows' tokens are given as the prompt (openai's condition_on_previous_text).
+  `hallucination_silence_threshold` (openai's; with word timestamps) moves the next window's
+  start past silences around text that looks made up, so it exists only in this loop: with it,
+  a short recording is transcribed this way too.
 """
 
 from __future__ import annotations
@@ -22,10 +25,12 @@ import numpy as np
 
 from . import mel as M
 from .decoding import DecodingOptions, GreedyDecoder, detect_language
+from .vad import regions
 
 INPUT_STRIDE = 2                  # mel frames per encoder position (conv2 has stride 2)
 TIME_PER_TOKEN = 0.02             # seconds per timestamp step: HOP · INPUT_STRIDE / SAMPLE_RATE
 FRAME_SECONDS = M.HOP_LENGTH / M.SAMPLE_RATE   # 10 ms
+FRAMES_PER_SECOND = M.SAMPLE_RATE // M.HOP_LENGTH   # 100 (seconds → frames as openai rounds them)
 
 
 @dataclass
@@ -71,6 +76,7 @@ class TranscribeOptions:
     logprob_threshold: float | None = -1.0
     no_speech_threshold: float | None = 0.6     # None or ≥ 1: never skip a window
     word_timestamps: bool = False
+    hallucination_silence_threshold: float | None = None   # s; with word timestamps (openai's)
     initial_prompt: str | None = None           # text given as the previous text of the first window
     prepend_punctuations: str = "\"'“¿([{-"
     append_punctuations: str = "\"'.。,，!！?？:：”)]}、"
@@ -133,7 +139,9 @@ class Transcriber:
             opts = dataclasses.replace(opts, **kw)
         audio = np.asarray(audio, np.float32)
         duration = len(audio) / M.SAMPLE_RATE
-        if len(audio) <= M.N_SAMPLES:
+        if opts.hallucination_silence_threshold is not None and not opts.word_timestamps:
+            raise ValueError("hallucination_silence_threshold works on word timings: it needs word_timestamps=True")
+        if len(audio) <= M.N_SAMPLES and opts.hallucination_silence_threshold is None:
             return self._short_form(audio, duration, opts)
         return self._long_form(audio, duration, opts, progress)
 
@@ -188,7 +196,8 @@ class Transcriber:
     def _regions(self, audio):
         key = (id(audio), len(audio))
         if getattr(self, "_regions_key", None) != key:
-            self._regions_key, self._regions_val = key, speech_regions(audio)
+            self._regions_key = key
+            self._regions_val = regions.speech_regions(audio, regions.detector("energy"))
         return self._regions_val
 
     # ------------------------------------------------------------------ the two conventions
@@ -214,7 +223,11 @@ class Transcriber:
 
     def _long_form(self, audio, duration, opts, progress=None):
         content = len(audio) // M.HOP_LENGTH
-        mel = M.log_mel(audio, self.model.dims.n_mels, content + self.n_frames)
+        # Only the content frames: the last window is zero-padded in the normalised log-mel
+        # domain (_pad_window), as both peers cut it — not filled with the log-mel of the
+        # silence after the audio (≈ −0.67 there), which the model reads differently. (One
+        # frame more is computed so that the last content frame sees the audio's tail.)
+        mel = M.log_mel(audio, self.model.dims.n_mels, content + 1)[:content]
         seek, segments, history = 0, [], list(self._initial_prompt(opts))
         prompt_reset = 0
         lang = info = None
@@ -235,23 +248,33 @@ class Transcriber:
                     progress(min(seek, content) * FRAME_SECONDS, duration)
                 continue
             new, advance = self._split(res, seek, offset, size, segments)
-            new = [s for s in new if s.text.strip() and s.end > s.start]   # empty ones are dropped,
-            if opts.word_timestamps and new:                              # and condition nothing
+            next_seek = seek + advance
+            if opts.word_timestamps:
                 from .timing import add_word_timestamps
-                last_speech = add_word_timestamps(self, new, enc, lang, opts, size, offset, last_speech)
+                add_word_timestamps(self, new, enc, lang, opts, size, offset, last_speech)
                 single_ending = (len(res.tokens) >= 2 and res.tokens[-1] >= self.tok.timestamp_begin
                                  and res.tokens[-2] < self.tok.timestamp_begin)
-                ends = [w.end for s in new for w in (s.words or [])]
-                if not single_ending and ends and ends[-1] > offset:
-                    advance = max(1, int(round(ends[-1] / FRAME_SECONDS)) - seek)
-            for s in new:
+                end = _last_word_end(new)
+                if not single_ending and end is not None and end > offset:
+                    next_seek = round(end * FRAMES_PER_SECOND)
+                if opts.hallucination_silence_threshold is not None:
+                    next_seek, new = _skip_hallucinations(new, opts.hallucination_silence_threshold, seek, size,
+                                                          self.n_frames, content, single_ending, next_seek,
+                                                          last_speech)
+                end = _last_word_end(new) if new is not None else None
+                if end is not None:
+                    last_speech = end
+            seek = max(next_seek, seek + 1)     # a window must move on, whatever the model wrote
+            if progress:
+                progress(min(seek, content) * FRAME_SECONDS, duration)
+            if new is None:                     # the whole window was a hallucination in a silence
+                continue
+            new = [s for s in new if s.text.strip() and s.end > s.start]   # empty ones are dropped,
+            for s in new:                                                  # and condition nothing
                 history.extend(s.tokens)
             segments.extend(new)
             if not opts.condition_on_previous_text or res.temperature > 0.5:
                 prompt_reset = len(history)
-            seek += advance
-            if progress:
-                progress(min(seek, content) * FRAME_SECONDS, duration)
         if info is None:
             info = TranscriptionInfo(opts.language or "en", 1.0, duration)
         return _numbered(segments), info
@@ -293,6 +316,87 @@ class Transcriber:
                        temperature=res.temperature, compression_ratio=res.compression_ratio)
 
 
+# ---------------------------------------------------------------------------------------------
+# hallucination_silence_threshold: openai-whisper's rules (its transcribe.py, learnt from it), on
+# the word timings of one window. Times are on the recording's clock; seeks are in mel frames.
+
+PUNCTUATION = TranscribeOptions.prepend_punctuations + TranscribeOptions.append_punctuations
+
+
+def _last_word_end(segments):
+    """The end of the last word of the window, or of its last segment if it has no words
+    (openai's get_end); None for no segments."""
+    ends = [w.end for s in segments for w in (s.words or [])]
+    if ends:
+        return ends[-1]
+    return segments[-1].end if segments else None
+
+
+def _word_anomaly(w):
+    """How unlike a spoken word `w` is: improbable (p < 0.15), far too short (< 0.133 s) or too
+    long (> 2 s) — the marks of text the model made up."""
+    score = 1.0 if w.probability < 0.15 else 0.0
+    d = w.end - w.start
+    if d < 0.133:
+        score += (0.133 - d) * 15
+    if d > 2.0:
+        score += d - 2.0
+    return score
+
+
+def _is_anomaly(seg):
+    """A segment whose first 8 words (punctuation aside) are mostly anomalous: score ≥ 3, or
+    about one per word. (A word counts as punctuation when it is a substring of PUNCTUATION:
+    openai's test, kept as it is.)"""
+    if seg is None or not seg.words:
+        return False
+    words = [w for w in seg.words if w.word not in PUNCTUATION][:8]
+    score = sum(_word_anomaly(w) for w in words)
+    return score >= 3 or score + 0.01 >= len(words)
+
+
+def _skip_hallucinations(segs, threshold, seek, size, n_frames, content, single_ending, next_seek, last_speech):
+    """openai's hallucination_silence_threshold for one decoded window (segments with words):
+    (next seek, segments to keep — None to drop the whole window).
+
+    * After a window that ends in speech, the next starts at the last word when more than
+      `threshold` s of the 30 s window follow it, else at the window's end.
+    * A first segment that looks made up, after more than `threshold` s of silence: the window
+      is dropped and decoding restarts at that segment (the silence before it is skipped).
+    * Any segment that looks made up and has silence (> threshold, or the recording's or
+      window's edge) or other made-up text on both sides: it and what follows are dropped, and
+      the next window starts at it (at least 1 s on); if the recording ends within `threshold`
+      after it, decoding stops."""
+    offset = seek * FRAME_SECONDS
+    window_end = (seek + n_frames) * FRAME_SECONDS
+    if not single_ending:
+        end = _last_word_end(segs)
+        if end is not None and end > offset:
+            next_seek = round(end * FRAMES_PER_SECOND) if window_end - end > threshold else seek + size
+    worded = [s for s in segs if s.words]
+    if worded and _is_anomaly(worded[0]):
+        gap = worded[0].start - offset
+        if gap > threshold:
+            return seek + round(gap * FRAMES_PER_SECOND), None
+    last_end = last_speech
+    for i, s in enumerate(segs):
+        if not s.words:
+            continue
+        if _is_anomaly(s):
+            following = next((t for t in segs[i + 1:] if t.words), None)
+            next_start = following.words[0].start if following else offset + size * FRAME_SECONDS
+            silence_before = s.start - last_end > threshold or s.start < threshold or s.start - offset < 2.0
+            silence_after = (next_start - s.end > threshold or _is_anomaly(following)
+                             or window_end - s.end < 2.0)
+            if silence_before and silence_after:
+                next_seek = round(max(offset + 1, s.start) * FRAMES_PER_SECOND)
+                if content * FRAME_SECONDS - s.end < threshold:
+                    next_seek = content
+                return next_seek, segs[:i]
+        last_end = s.end
+    return next_seek, segs
+
+
 def as_dict(segments, info):
     return {"text": "".join(s.text for s in segments), "language": info.language,
             "language_probability": info.language_probability, "duration": info.duration,
@@ -302,66 +406,27 @@ def as_dict(segments, info):
 # ---------------------------------------------------------------------------------------------
 # --vad: transcribe only the speech, on the recording's clock
 
-VAD_CHUNK = 512                   # samples per detector decision (32 ms), the detectors' unit
-VAD_THRESHOLD = 0.5               # p(speech) of a chunk
-VAD_MIN_SILENCE_S = 1.0           # shorter pauses stay inside a region (words keep their context)
-VAD_MIN_SPEECH_S = 0.25           # shorter bursts are clicks, not words
-VAD_PAD_S = 0.4                   # kept on both sides of a region (faster-whisper's speech_pad_ms)
-
-
-def speech_regions(samples, sr=M.SAMPLE_RATE, detector=None):
-    """[(start, end)] in samples where `detector` (chunk of 512 → p(speech); default the energy
-    detector with its adaptive noise floor, nwhisper.vad.energy) hears speech: chunks above
-    VAD_THRESHOLD, pauses under VAD_MIN_SILENCE_S bridged, bursts under VAD_MIN_SPEECH_S
-    dropped, VAD_PAD_S of context added on both sides."""
-    if detector is None:
-        from .vad.energy import Energy
-        detector = Energy()
-    n = len(samples) // VAD_CHUNK
-    speech = [detector(samples[i * VAD_CHUNK:(i + 1) * VAD_CHUNK]) >= VAD_THRESHOLD for i in range(n)]
-    regions, start, gap = [], None, 0
-    max_gap = int(VAD_MIN_SILENCE_S * sr / VAD_CHUNK)
-    for i, s in enumerate(speech + [False] * (max_gap + 1)):
-        if s:
-            if start is None:
-                start = i
-            gap = 0
-        elif start is not None:
-            gap += 1
-            if gap > max_gap:
-                regions.append((start, i - gap + 1))
-                start, gap = None, 0
-    pad, out = int(VAD_PAD_S * sr), []
-    for a, b in regions:
-        a, b = a * VAD_CHUNK, min(len(samples), b * VAD_CHUNK)
-        if b - a < VAD_MIN_SPEECH_S * sr:
-            continue
-        a, b = max(0, a - pad), min(len(samples), b + pad)
-        if out and a <= out[-1][1]:
-            out[-1] = (out[-1][0], b)
-        else:
-            out.append((a, b))
-    return out
-
 
 class _Clock:
     """Maps times in the concatenated speech back to the recording: chunk k of the speech
-    starts at `joined[k]` seconds there and at `orig[k]` seconds in the recording."""
+    starts at `joined[k]` seconds there and at `orig[k]` seconds in the recording. `pad_s`:
+    the context the regions were padded with on each side."""
 
-    def __init__(self, regions, sr):
-        self.orig = np.array([a / sr for a, _ in regions])
-        lengths = np.array([(b - a) / sr for a, b in regions])
-        self.joined = np.concatenate([[0.0], np.cumsum(lengths)[:-1]]) if len(regions) else np.zeros(0)
+    def __init__(self, spans, sr, pad_s):
+        self.orig = np.array([a / sr for a, _ in spans])
+        lengths = np.array([(b - a) / sr for a, b in spans])
+        self.joined = np.concatenate([[0.0], np.cumsum(lengths)[:-1]]) if len(spans) else np.zeros(0)
         self.lengths = lengths
+        self.min_overlap = 2 * pad_s + 0.2
 
-    def span(self, a, b, min_overlap=2 * VAD_PAD_S + 0.2):
+    def span(self, a, b):
         """[a, b] of the joined speech on the recording's clock. A piece that only grazes a
         region (a timestamp a little before a junction) is not stretched over the silence
         between: the span is cut to the regions it covers by ≥ min_overlap s (more than the
         padding on both sides of a junction), or to the one it covers most."""
         ends = self.joined + self.lengths
         over = np.minimum(b, ends) - np.maximum(a, self.joined)
-        keep = np.nonzero(over >= min(min_overlap, max(over.max(), 0.0)))[0]
+        keep = np.nonzero(over >= min(self.min_overlap, max(over.max(), 0.0)))[0]
         if len(keep) == 0:
             return self(a), self(b, end=True)
         k0, k1 = int(keep[0]), int(keep[-1])
@@ -376,30 +441,35 @@ class _Clock:
         return round(float(self.orig[k] + min(t - self.joined[k], self.lengths[k])), 3)
 
 
-def transcribe_speech(tr, samples, opts, vad=True, progress=None):
-    """Transcribe only the speech regions of `samples`, joined end to end; segment and word
-    times mapped back to the recording's clock. Speech that straddles a 30 s window boundary
-    stays whole: windows advance by the last complete timestamp, as without VAD.
-    vad: True (the energy detector), a detector (chunk → p), or speech_regions-like function."""
+def transcribe_speech(tr, samples, opts, vad="silero", progress=None):
+    """Transcribe only the speech regions of `samples`, joined end to end (as faster-whisper's
+    vad_filter does); segment and word times mapped back to the recording's clock. Speech that
+    straddles a 30 s window boundary stays whole: windows advance by the last complete
+    timestamp, as without VAD.
+    vad: 'silero' (faster-whisper's vad_filter options) or 'energy' (nwhisper.vad.regions),
+    a detector (chunk → p(speech), with reset()), or a function (samples, sr) → [(start, end)]."""
     sr = M.SAMPLE_RATE
-    if callable(vad) and hasattr(vad, "reset"):          # a detector: chunk → p(speech)
-        regions = speech_regions(samples, sr, vad)
-    elif callable(vad):                                  # speech_regions(samples, sr) → [(a, b)]
-        regions = vad(samples, sr)
+    if isinstance(vad, str):
+        vad = regions.detector(vad)
+    if callable(vad) and hasattr(vad, "reset"):
+        opts_vad = regions.options_for(vad)
+        found = regions.speech_regions(samples, vad, opts_vad, sr)
+    elif callable(vad):
+        opts_vad, found = regions.SILERO, vad(samples, sr)
     else:
-        regions = speech_regions(samples, sr)
+        raise ValueError(f"vad must be 'silero', 'energy', a detector or a regions function, not {vad!r}")
     duration = len(samples) / sr
-    if not regions:
+    if not found:
         segs, info = [], TranscriptionInfo(opts.language or "en", 1.0, duration)
         info.duration_after_vad, info.speech_regions = 0.0, []
         return segs, info
-    joined = np.concatenate([samples[a:b] for a, b in regions])
-    clock = _Clock(regions, sr)
+    joined = np.concatenate([samples[a:b] for a, b in found])
+    clock = _Clock(found, sr, opts_vad.speech_pad_ms / 1000)
     segs, info = tr.transcribe(joined, opts, progress=progress)
     for s in segs:
         s.start, s.end = clock.span(s.start, s.end)
         for w in s.words or []:
             w.start, w.end = clock.span(w.start, w.end)
     info.duration, info.duration_after_vad = duration, len(joined) / sr
-    info.speech_regions = [(round(a / sr, 3), round(b / sr, 3)) for a, b in regions]
+    info.speech_regions = [(round(a / sr, 3), round(b / sr, 3)) for a, b in found]
     return segs, info

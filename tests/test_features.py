@@ -8,7 +8,11 @@ Where the truth came from (all on the same 16 kHz samples, sha256-checked):
   * features-openai.json — openai-whisper 20250625 `transcribe(temperature=0.0, greedy)` on a
     .pt of the same weights: word timestamps on every clip ≤ 30 s, segments of the 63 s clip;
   * the 5-minute recording with long silences is built by make_golden_features.silences()
-    (fixture clips at known places in faint noise), so its speech times are known exactly.
+    (fixture clips at known places in faint noise), so its speech times are known exactly;
+  * features-vad.json — silero-vad 6.2.3's get_speech_timestamps (ONNX) on that recording;
+  * features-hallucination.json — openai-whisper with hallucination_silence_threshold=2 on its
+    first 2 minutes;
+  * features-language.json — faster-whisper 1.2.1 `detect_language` with base on every clip.
 """
 
 import json
@@ -16,6 +20,7 @@ import os
 import sys
 import time
 
+import numpy as np
 import pytest
 
 import nwhisper
@@ -32,6 +37,9 @@ GREEDY = json.load(open(os.path.join(FIX, "golden", "model-greedy.json"), encodi
 FW = json.load(open(os.path.join(FIX, "golden", "model-fw.json"), encoding="utf-8"))
 BEAM = json.load(open(os.path.join(FIX, "golden", "features-beam.json"), encoding="utf-8"))
 OPENAI = json.load(open(os.path.join(FIX, "golden", "features-openai.json"), encoding="utf-8"))
+VAD = json.load(open(os.path.join(FIX, "golden", "features-vad.json"), encoding="utf-8"))
+HALLUCINATION = json.load(open(os.path.join(FIX, "golden", "features-hallucination.json"), encoding="utf-8"))
+LANGUAGE = json.load(open(os.path.join(FIX, "golden", "features-language.json"), encoding="utf-8"))
 MODELS = ["tiny.en", "base"]
 # base is ~3x tiny.en's cost: by default its per-clip tests run on these eight clips (English
 # read and spoken digits, Dutch, Czech, synthetic); NWHISPER_ALL_CLIPS=1 runs every clip
@@ -104,21 +112,22 @@ def test_long_form_segments_follow_openai(model):
 
 def test_language_detection_agrees_with_faster_whisper():
     """base (multilingual) on every clip: the same language as faster-whisper's detect_language
-    on the same weights, probability within 0.02; right on the human-speech clips."""
+    on the same weights, probability within 0.02; right on every clip of 5 s or more (en, nl, cs
+    — the Dutch and Czech ones are 12–14 s of one speaker's dialogue lines)."""
     m = load("base")
-    ref = FW["models"]["base"]["detect_language"]
-    for clip, g in ref.items():
-        a = audio(clip)
-        lang, p, _ = m.detect_language(a)
+    for clip, g in LANGUAGE["clips"].items():
+        lang, p, _ = m.detect_language(audio(clip, g["audio_sha256"]))
         assert lang == g["language"], (clip, lang, g)
         assert abs(p - g["probability"]) < 0.02, (clip, p, g)
-    # the 2.6 s Dutch and Czech "hlava" clips are heard as Arabic and Polish by base — by
-    # faster-whisper on the same weights too (above): base's ear, not ours
-    for clip, lang in [("jfk.wav", "en"), ("fillets/nl-vit-v-automat.ogg", "nl"),
-                       ("fillets/cs-vit-v-automat.ogg", "cs"),
-                       ("librivox/sense_and_sensibility_01_austen_64kb-0880.flac", "en")]:
-        assert m.detect_language(audio(clip))[0] == lang, clip
-    assert m.transcribe(audio("fillets/nl-vit-v-automat.ogg"))[1].language == "nl"   # detected when omitted
+    # Wrong only on lines under 3 s — base's weakness, not ours: faster-whisper hears the 2.6 s
+    # Dutch and Czech "hlava" lines as Arabic and Polish too (ours equal its answers, above).
+    # Right on every clip of 5 s or more, in all three languages.
+    seconds = {c: len(audio(c)) / 16000 for c in LANGUAGE["clips"]}
+    wrong = {c: g["language"] for c, g in LANGUAGE["clips"].items() if g["language"] != g["truth"]}
+    assert all(seconds[c] < 3 for c in wrong), wrong
+    assert {g["truth"] for c, g in LANGUAGE["clips"].items() if seconds[c] >= 5} == {"en", "nl", "cs"}
+    print(f"base: right on {len(seconds) - len(wrong)}/{len(seconds)} clips; wrong (as faster-whisper): {wrong}")
+    assert m.transcribe(audio("fillets/nl-city-vit-v-joined.ogg"))[1].language == "nl"   # detected when omitted
 
 
 def test_lang_is_normalised_and_an_unknown_code_is_named():
@@ -208,18 +217,27 @@ def test_word_timestamps_match_openai(model):
 # ------------------------------------------------------------------------------ silences, VAD
 
 @pytest.fixture(scope="module")
-def silences():
+def silences_audio():
+    """The 5-minute recording with long silences, and where its clips were placed."""
+    return MGF.silences()
+
+
+@pytest.fixture(scope="module")
+def silences(silences_audio):
     """The recording, where its speech is, and tiny.en's transcripts of it (timed): default
-    (--nospeech 0.6), gate off (1), and with --vad."""
-    x, placed = MGF.silences()
+    (--nospeech 0.6), gate off (1), with --vad energy and with --vad silero."""
+    x, placed = silences_audio
     m = load("tiny.en")
     t0 = time.perf_counter()
     full = m.transcribe(x)
     t1 = time.perf_counter()
-    vad = m.transcribe(x, vad=True)
+    vad = m.transcribe(x, vad="energy")
     t2 = time.perf_counter()
+    silero = m.transcribe(x, vad="silero", timestamps=True)
+    t3 = time.perf_counter()
     loose = m.transcribe(x, no_speech_threshold=1.0)
-    return x, placed, {"full": full, "vad": vad, "loose": loose, "t_full": t1 - t0, "t_vad": t2 - t1}
+    return x, placed, {"full": full, "vad": vad, "silero": silero, "loose": loose, "t_full": t1 - t0,
+                       "t_vad": t2 - t1, "t_silero": t3 - t2}
 
 
 def _in_speech(t0, t1, placed, slack):
@@ -238,7 +256,7 @@ def test_no_text_in_the_silences(silences):
 
 
 def test_vad_lands_on_the_speech_and_is_faster(silences):
-    """--vad: the regions cover every placed clip; segments start and end within 1 s of the
+    """--vad energy: the regions cover every placed clip; segments start and end within 1 s of the
     speech (on the recording's clock); it runs faster than the full recording."""
     x, placed, r = silences
     segs, info = r["vad"]
@@ -254,6 +272,110 @@ def test_vad_lands_on_the_speech_and_is_faster(silences):
     times = [t for s in segs for t in (s.start, s.end)]
     assert times == sorted(times)
     assert r["t_vad"] < r["t_full"]
+
+
+def test_silero_regions_equal_the_silero_vad_package(silences_audio):
+    """Silero on our kernels and our region rule against silero-vad's get_speech_timestamps on
+    the ONNX model, over the 5-minute recording, for three sets of options (faster-whisper's
+    vad_filter = our SILERO default, the package's defaults, and a set where neighbours split
+    their gap): every region equal to the sample, or within one 32 ms chunk — our probabilities
+    are within 4e-6 of onnxruntime's, which could move a threshold crossing by a chunk."""
+    import hashlib
+
+    from nwhisper.vad.regions import SILERO, VadOptions, chunk_probs, detector, regions_from_probs
+
+    x = silences_audio[0]
+    assert hashlib.sha256(x.tobytes()).hexdigest() == VAD["audio_sha256"]
+    probs = chunk_probs(x, detector("silero"))
+    exact = n = 0
+    for key, g in VAD["regions"].items():
+        o = g["options"]
+        opts = VadOptions(**{k: o[name] for k, name in (
+            ("threshold", "threshold"), ("neg_threshold", "neg_threshold"), ("min_speech_ms", "min_speech_duration_ms"),
+            ("min_silence_ms", "min_silence_duration_ms"), ("speech_pad_ms", "speech_pad_ms")) if name in o})
+        if key == "vad_filter":
+            assert opts == SILERO       # the default is faster-whisper's vad_filter
+        ours = regions_from_probs(probs, len(x), opts)
+        theirs = [tuple(r) for r in g["samples"]]
+        assert len(ours) == len(theirs), (key, ours, theirs)
+        for a, b in zip(ours, theirs):
+            assert abs(a[0] - b[0]) <= 512 and abs(a[1] - b[1]) <= 512, (key, a, b)
+            exact += a == b
+            n += 1
+    print(f"silero regions: {exact}/{n} equal to the sample, the rest within a chunk")
+    assert n >= 20
+
+
+def test_silero_vad_lands_on_the_speech(silences):
+    """--vad silero: the regions cover every placed clip and little else; every segment is on
+    the speech (nothing made up in the silences), one starts within 1 s of every clip, times
+    are monotonic; the clip that straddles the joined speech's 30 s boundary comes out whole,
+    as openai-whisper writes it from the full recording; faster than without VAD."""
+    x, placed, r = silences
+    segs, info = r["silero"]
+    print(f"tiny.en, 300 s: {r['t_full']:.2f} s without VAD, {r['t_silero']:.2f} s with Silero "
+          f"({info.duration_after_vad:.1f} s of speech)")
+    for _, a, b in placed:
+        assert any(r0 <= a + 0.1 and r1 >= b - 0.1 for r0, r1 in info.speech_regions), (a, b, info.speech_regions)
+    assert info.duration_after_vad < 0.2 * info.duration
+    for s in segs:
+        assert _in_speech(s.start, s.end, placed, 0.5), (s.start, s.end, s.text)
+    for _, a, _ in placed:
+        assert any(abs(s.start - a) <= 1.0 for s in segs), (a, [(s.start, s.end) for s in segs])
+    times = [t for s in segs for t in (s.start, s.end)]
+    assert times == sorted(times)
+    joined_ends = np.cumsum([b - a for a, b in info.speech_regions])
+    k = int(np.searchsorted(joined_ends, 30.0))            # the region holding joined second 30
+    assert joined_ends[k] - (info.speech_regions[k][1] - info.speech_regions[k][0]) < 30.0 < joined_ends[k]
+    r0, r1 = info.speech_regions[k]
+    ours = "".join(s.text for s in segs if r0 <= s.start and s.end <= r1)
+    ref = OPENAI["models"]["tiny.en"]["clips"][MGF.SILENCES]["segments"]
+    assert ours == "".join(g["text"] for g in ref if r0 - 5 <= g["start"] and g["end"] <= r1 + 5), ours
+    assert r["t_silero"] < r["t_full"]
+
+
+def test_hallucination_silence_threshold_follows_openai(silences_audio):
+    """hallucination_silence_threshold=2 with word timestamps, the no-speech gate off, on the
+    silences recording's first 2 minutes: every segment on the speech has openai-whisper's
+    tokens, start and end (±0.1 s, word timing's tolerance) and its window's seek — the seeks
+    come from the skipping rules (openai without them puts "Thank you." at 52 s and 79 s, and
+    its next window starts elsewhere); at most as many segments in the silences as openai's."""
+    g = HALLUCINATION
+    names = MODELS if ALL_CLIPS else ["tiny.en"]
+    x = silences_audio[0][:int(g["seconds"] * 16000)]
+    for name in names:
+        m = load(name)
+        segs, _ = m.transcribe(x, language=lang_arg(m, "en"), word_timestamps=True, no_speech_threshold=None,
+                               hallucination_silence_threshold=g["threshold"])
+        ref = [s for s in g["models"][name]["threshold"] if s["text"].strip()]
+        on = [s for s in segs if _in_speech(s.start, s.end, g["placed"], 1.0)]
+        ref_on = [s for s in ref if _in_speech(s["start"], s["end"], g["placed"], 1.0)]
+        assert [s.tokens for s in on] == [s["tokens"] for s in ref_on], name
+        for s, t in zip(on, ref_on):
+            assert s.seek == t["seek"] and abs(s.start - t["start"]) <= 0.1 and abs(s.end - t["end"]) <= 0.1, (s, t)
+        assert len(segs) - len(on) <= len(ref) - len(ref_on), [(s.start, s.text) for s in segs]
+        print(f"{name}: {len(on)} segments on the speech as openai's; {len(segs) - len(on)} in the silences "
+              f"(openai: {len(ref) - len(ref_on)})")
+
+
+def test_vad_and_hallucination_options_are_checked():
+    from click.testing import CliRunner
+
+    from nwhisper.cli.main import cli
+
+    m = load("tiny.en")
+    x = audio("jfk.wav")
+    with pytest.raises(ValueError, match="'webrtc'"):
+        m.transcribe(x, vad="webrtc")
+    with pytest.raises(ValueError, match="word_timestamps"):
+        m.transcribe(x, hallucination_silence_threshold=2.0)
+    with pytest.raises(ValueError, match="≥ 0"):
+        m.transcribe(x, word_timestamps=True, hallucination_silence_threshold=-1.0)
+    jfk = os.path.join(FIX, "jfk.wav")
+    r = CliRunner().invoke(cli, ["transcribe", jfk, "--vad", "webrtc"])
+    assert r.exit_code != 0 and "'webrtc' is not one of 'silero', 'energy'" in r.output
+    r = CliRunner().invoke(cli, ["transcribe", jfk, "--hallucination-silence-threshold", "-1"])
+    assert r.exit_code != 0 and "--hallucination-silence-threshold" in r.output
 
 
 def test_initial_prompt_conditions_the_first_window():

@@ -110,7 +110,13 @@ class _Progress:
 @click.option("--temperature", default="0", show_default=True,
               help="T, a list T1,T2,… tried in turn (openai's fallback), or 'fallback' for 0,0.2,…,1.0")
 @click.option("--word-timestamps", is_flag=True, help="word times from cross-attention (json; -f tsv/srt/vtt stay per segment)")
-@click.option("--vad", is_flag=True, help="skip non-speech first (energy detector); times stay on the recording's clock")
+@click.option("--hallucination-silence-threshold", "hallucination_s", type=click.FloatRange(min=0), default=None,
+              metavar="SECONDS", help="skip silences longer than SECONDS around text that looks made up "
+                                      "(openai-whisper's option; turns on --word-timestamps, which it works on)")
+@click.option("--vad", type=click.Choice(["silero", "energy"]), is_flag=False, flag_value="silero", default=None,
+              help="transcribe only the speech, found by Silero VAD (bare --vad: silero, with faster-whisper's "
+                   "vad_filter options) or the energy detector; times stay on the recording's clock. "
+                   "Put it after AUDIO, or give its value: --vad AUDIO reads AUDIO as the detector")
 @click.option("--no-condition", is_flag=True, help="do not give the previous window's text as the prompt")
 @click.option("--prompt", default=None, help="text the first window is conditioned on (names, spelling, style)")
 @click.option("-f", "--format", "fmt", type=click.Choice(["txt", "srt", "vtt", "json", "tsv", "all"]), default=None,
@@ -119,7 +125,7 @@ class _Progress:
               help="where -f writes its files")
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
 def transcribe(args, lang, task, max_tokens, timestamps, nospeech, beam, best_of, temperature,
-               word_timestamps, vad, no_condition, prompt, fmt, output_dir, device):
+               word_timestamps, hallucination_s, vad, no_condition, prompt, fmt, output_dir, device):
     """Transcribe AUDIO files with MODEL (a name or path; default tiny.en)."""
     from .. import writers
     from ..api import load
@@ -127,6 +133,7 @@ def transcribe(args, lang, task, max_tokens, timestamps, nospeech, beam, best_of
     from ..io.registry import KNOWN
 
     temps = _temperatures(temperature)
+    word_timestamps = word_timestamps or hallucination_s is not None
     model_arg, files = _split_model(args, KNOWN)
     try:
         model = load(model_arg, device=device)
@@ -137,7 +144,7 @@ def transcribe(args, lang, task, max_tokens, timestamps, nospeech, beam, best_of
                     f, language=lang, task=task, max_tokens=max_tokens,
                     timestamps=timestamps or (fmt not in (None, "txt")) or word_timestamps,
                     no_speech_threshold=nospeech, beam_size=beam, best_of=best_of, temperature=temps,
-                    word_timestamps=word_timestamps, vad=vad,
+                    word_timestamps=word_timestamps, hallucination_silence_threshold=hallucination_s, vad=vad,
                     condition_on_previous_text=not no_condition, initial_prompt=prompt, progress=bar)
             finally:
                 bar.close()

@@ -27,7 +27,7 @@ def parse_addr(addr):
 @click.option("--addr", default="127.0.0.1:6543", show_default=True,
               help="HOST:PORT to listen on (0.0.0.0:PORT for the LAN; port 0 picks a free one)")
 @click.option("--lang", default=None, help="default language of requests that name none (default: detect; English on .en models)")
-@click.option("--vad", is_flag=True, help="skip non-speech by default (a request's vad field overrides)")
+@click.option("--vad", is_flag=True, help="skip non-speech (Silero VAD) by default (a request's vad field overrides)")
 @click.option("--timestamps", is_flag=True, help="timestamped segments by default (a request's timestamps field overrides; srt, vtt and verbose_json always have them)")
 @click.option("--max", "max_tokens", type=click.IntRange(1, 448), default=224, show_default=True,
               help="stop after N tokens per 30 s window")
