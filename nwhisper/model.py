@@ -66,25 +66,25 @@ class _LayerNorm:
 
 
 class _Attention:
-    def __init__(self, be, ck, prefix, int8=False):
+    """q/k/v/out projections. The cross-attention's k and v are not here (kv=False): they run
+    once per window, all layers in one product (Whisper.cross_kv)."""
+
+    def __init__(self, be, ck, prefix, int8=False, kv=True):
         self.q = _Linear(be, ck, prefix + ".q_proj", int8=int8)
-        self.k = _Linear(be, ck, prefix + ".k_proj", bias=False, int8=int8)
-        self.v = _Linear(be, ck, prefix + ".v_proj", int8=int8)
+        if kv:
+            self.k = _Linear(be, ck, prefix + ".k_proj", bias=False, int8=int8)
+            self.v = _Linear(be, ck, prefix + ".v_proj", int8=int8)
         self.out = _Linear(be, ck, prefix + ".out_proj", int8=int8)
 
 
 class _Block:
-    """One pre-LayerNorm residual block; `cross` adds the decoder's cross-attention (whose
-    k/v projections run once per window on 1500 rows: never int8)."""
+    """One pre-LayerNorm residual block; `cross` adds the decoder's cross-attention."""
 
     def __init__(self, be, ck, prefix, cross, int8=False):
         self.attn_ln = _LayerNorm(be, ck, prefix + ".self_attn_layer_norm")
         self.attn = _Attention(be, ck, prefix + ".self_attn", int8)
         self.cross_ln = _LayerNorm(be, ck, prefix + ".encoder_attn_layer_norm") if cross else None
-        self.cross = _Attention(be, ck, prefix + ".encoder_attn", int8) if cross else None
-        if cross and int8:  # the window's cross K/V: 1500 rows on BLAS, no int8 copy needed
-            self.cross.k = _Linear(be, ck, prefix + ".encoder_attn.k_proj", bias=False)
-            self.cross.v = _Linear(be, ck, prefix + ".encoder_attn.v_proj")
+        self.cross = _Attention(be, ck, prefix + ".encoder_attn", int8, kv=False) if cross else None
         self.mlp_ln = _LayerNorm(be, ck, prefix + ".final_layer_norm")
         self.fc1 = _Linear(be, ck, prefix + ".fc1", int8=int8)
         self.fc2 = _Linear(be, ck, prefix + ".fc2", int8=int8)
@@ -115,7 +115,7 @@ class DecoderState:
     layer, the encoder states projected by the cross-attention's key and value weights — the
     encoder does not change while the window is decoded, so these are computed ONCE here rather
     than recomputed for every token (that would be 2 · 1500 · d² multiply-adds per layer per token).
-    They are kept in the layout the backend's attention reads fastest (`be.heads`).
+    They come from `Whisper.cross_kv`, shared by every state of the same window.
     """
 
     def __init__(self, model, enc):
@@ -124,14 +124,7 @@ class DecoderState:
         self.length = 0
         self.self_k = [be.empty((n_ctx, width), np.float32) for _ in model.dec_blocks]
         self.self_v = [be.empty((n_ctx, width), np.float32) for _ in model.dec_blocks]
-        self.cross_k, self.cross_v = [], []
-        for blk in model.dec_blocks:
-            k = be.empty((enc.shape[0], width), np.float32)
-            v = be.empty((enc.shape[0], width), np.float32)
-            blk.cross.k(be, enc, k)
-            blk.cross.v(be, enc, v)
-            self.cross_k.append(be.heads(k, d.n_text_head))
-            self.cross_v.append(be.heads(v, d.n_text_head))
+        self.cross_k, self.cross_v = model.cross_kv(enc)
 
 
 class BatchState:
@@ -207,6 +200,17 @@ class Whisper:
         self.dec_blocks = [_Block(be, ck, f"model.decoder.layers.{i}", cross=True, int8=int8)
                            for i in range(d.n_text_layer)]
         self.dec_ln = _LayerNorm(be, ck, "model.decoder.layer_norm")
+        # Every layer's cross-attention k and v weights stacked, [k0; v0; k1; v1; …]: a window's
+        # cross K/V are then one (1500, 2·layers·d) product at BLAS speed instead of 2·layers
+        # small ones. k_proj has no bias (zeros in its rows).
+        ws, bs = [], []
+        for i in range(d.n_text_layer):
+            name = f"model.decoder.layers.{i}.encoder_attn."
+            ws += [_host(ck[name + "k_proj.weight"]), _host(ck[name + "v_proj.weight"])]
+            bs += [np.zeros(d.n_text_state, np.float32), _host(ck[name + "v_proj.bias"])]
+        self.cross_kv_w = be.weight(np.concatenate(ws))
+        self.cross_kv_b = be.upload(np.concatenate(bs))
+        self._cross = None  # (enc, cross_k, cross_v) of the last window
         self.scratch = Scratch(be)
 
     # ---------------------------------------------------------------- encoder
@@ -233,6 +237,24 @@ class Whisper:
         return x
 
     # ---------------------------------------------------------------- decoder
+    def cross_kv(self, enc):
+        """Per layer, the cross-attention's keys and values of encoder states `enc`, in the
+        layout the backend's attention reads fastest (`be.heads`): ([k per layer], [v …]).
+        Kept for the last `enc` seen, so language detection, the decode, its temperature
+        fallbacks and word alignment of one window compute them once."""
+        if self._cross is not None and self._cross[0] is enc:
+            return self._cross[1], self._cross[2]
+        be, d = self.be, self.dims
+        width = d.n_text_state
+        kv = be.empty((enc.shape[0], 2 * d.n_text_layer * width), np.float32)
+        K.linear(be, enc, self.cross_kv_w, self.cross_kv_b, kv)
+        ks = [be.heads(kv[:, 2 * i * width:(2 * i + 1) * width], d.n_text_head)
+              for i in range(d.n_text_layer)]
+        vs = [be.heads(kv[:, (2 * i + 1) * width:(2 * i + 2) * width], d.n_text_head)
+              for i in range(d.n_text_layer)]
+        self._cross = (enc, ks, vs)
+        return ks, vs
+
     def new_state(self, enc):
         """A fresh decoder state for one window: empty KV cache, cross K/V from `enc`."""
         return DecoderState(self, enc)
