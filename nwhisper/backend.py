@@ -25,15 +25,13 @@ from nwhisper.kernels.elementwise import fill_elem
 from nwhisper.kernels.matmul import Int8Weight, linear_elem, linear_items, quantize_int8
 from nwhisper.kernels.reduce import softmax_row
 
-# Numba's OpenMP workers spin after each parallel loop, by default for ~300,000 polls: with few
-# cores the spinning takes them from the BLAS threads of the next GEMM and the other way round
-# (2 cores, measured: a one-row layernorm right after a GEMM took 4-5 ms instead of 0.05 ms).
-# Not spinning at all (OMP_WAIT_POLICY=PASSIVE) puts them to sleep, and waking them cost each
-# small parallel launch ~30 µs (a 51865-row GEMV: 591 µs against 554). A short spin keeps both:
-# read when Numba first loads its OpenMP layer, so this must run before the first parallel
-# launch; a user's setting wins.
-if "OMP_WAIT_POLICY" not in os.environ:
-    os.environ.setdefault("GOMP_SPINCOUNT", "20000")
+# Numba's OpenMP workers spin after each parallel loop by default; with few cores the spinning takes
+# them from the BLAS threads of the next GEMM and the other way round (2 cores, measured: a one-row
+# layernorm right after a GEMM took 4-5 ms instead of 0.05 ms; even a short spin, GOMP_SPINCOUNT
+# 20000, slowed the encoder's GEMMs more than it saved the decoder in wake-ups, ~30 µs per
+# parallel launch). Read when Numba first loads its OpenMP layer, so this must run before the
+# first parallel launch; a user's setting wins.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
 class Backend:
