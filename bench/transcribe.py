@@ -99,8 +99,11 @@ import json, os, sys, time
 A = json.loads(sys.argv[1])
 import resource, statistics
 T0 = time.time()
-import numpy as np
 SYSTEM, LANG, THREADS = A["system"], A["language"], A["threads"]
+if SYSTEM.startswith("nwhisper"):  # before NumPy, as in the `nwhisper` command: nwhisper
+    sys.path.insert(0, A["src"])    # sets OpenBLAS's options, which it reads when it loads
+    import nwhisper
+import numpy as np
 audio = None
 enc_t, step_t, calls = [], [], {"enc": 0}
 extra = {}
@@ -111,8 +114,6 @@ def tock(t):
 
 
 if SYSTEM.startswith("nwhisper"):
-    sys.path.insert(0, A["src"])
-    import nwhisper
     m = nwhisper.load(A["model"], device="cpu", compute_type="int8" if SYSTEM == "nwhisper-int8" else "float32")
     T_LOADED = time.time()
     audio = np.load(A["npy"])

@@ -5,7 +5,16 @@
     segments, info = model.transcribe("clip.wav")
 """
 
-from .api import WhisperModel, load
-from .transcribe import Segment, TranscriptionInfo
+import os
+
+# OpenBLAS's workers spin for ~2^28 cycles after each GEMM, waiting for the next one; on a 2-core
+# machine that spinner takes half of every Numba parallel launch that follows (the encoder
+# alternates GEMMs with them). Spinning 2^4 cycles before sleeping: base's encoder 0.52 -> 0.47 s
+# (bench/transcribe.py). OpenBLAS reads this when it loads, so it only takes effect when NumPy
+# is first imported after nwhisper — as in the `nwhisper` command; a user's setting wins.
+os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
+
+from .api import WhisperModel, load  # noqa: E402
+from .transcribe import Segment, TranscriptionInfo  # noqa: E402
 
 __all__ = ["load", "WhisperModel", "Segment", "TranscriptionInfo"]

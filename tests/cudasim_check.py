@@ -134,6 +134,15 @@ def attention(be, q, k, v, n_head, causal, q_offset):
     return [be.download(out), be.download(p)]
 
 
+def exp_rows(be, x):
+    """The CPU encoder's exponential (reduce.exp_row), whose bit-built 2^n must mean the same
+    on both targets."""
+    x = be.upload(x.copy())
+    total = be.empty((x.shape[0], 1))
+    K.exp_rows(be, x, total)
+    return [be.download(x), be.download(total)]
+
+
 def log_mel(be, signal, n_frames, live):
     """The spectral kernels on a tiny spectrogram (n_fft 16, 9 bins, 4 mel bands, hop 4)."""
     from nwhisper.kernels import spectral
@@ -166,6 +175,7 @@ CASES = [
     ("gelu", gelu, (rand(5, 16) * 3,)),
     ("softmax_argmax", softmax_argmax, (np.array([[1, 3, 3, 0], [-50, -40, -45, -40]], np.float32),)),
     ("softmax_causal_portable", softmax_portable, (rand(6, 300) * 5, 0.3, 3, True, 2)),
+    ("exp_rows", exp_rows, (np.where(rand(4, 50) > 1.2, -np.inf, rand(4, 50) * 40).astype(np.float32),)),
     ("elementwise", elementwise, (rand(4, 8), rand(4, 8), rand(7, 8))),
     ("elementwise_f16_table", elementwise, (rand(4, 8), rand(4, 8), rand(7, 8, dtype=np.float16))),
     ("embed_f32", embed, (rand(10, 8), np.array([3, 0, 9], np.int32))),

@@ -239,6 +239,24 @@ def test_attention(be, rng, nq, nk, n_head, causal, q_offset):
         check("attention without weights, out", out_now, want_out)
 
 
+def test_exp_rows(be, rng):
+    """The encoder softmax's exponential (2^floor · polynomial) against float64 exp: relative
+    error ≤ 3e-6 where exp(t) ≥ 2^-20 of the row's max, masked (-inf) entries exactly 0."""
+    x = (rng.standard_normal((37, 1500)) * 40).astype(np.float32)
+    x[3, 100:] = -np.inf
+    x[5, :] = -200.0
+    x[5, 7] = 0.0
+    want = np.exp(x.astype(np.float64) - x.max(axis=1, keepdims=True))
+    got, total = be.upload(x.copy()), be.empty((37, 1))
+    K.exp_rows(be, got, total)
+    got = be.download(got)
+    big = want >= 2.0 ** -20
+    assert np.max(np.abs(got[big] / want[big] - 1)) <= 3e-6
+    assert np.all(np.abs(got[~big] - want[~big]) <= 2.0 ** -20 * 3e-6)
+    assert np.all(got[3, 100:] == 0) and got[5, 7] == 1 and np.all(got[5, :7] == 0)
+    assert np.allclose(be.download(total)[:, 0], want.sum(axis=1), rtol=1e-5)
+
+
 def test_attention_over_a_cache_prefix(be, rng):
     """The decoder passes kcache[:L] of a fixed-capacity cache; scratch shrinks and grows."""
     d, cap = 32, 16

@@ -4,9 +4,10 @@ The model calls the ops below; each is a line or two over `be.launch` / `be.gemm
 from `nwhisper.backend`. Shapes are in each op's docstring; activations are float32.
 
     norm.py         layernorm                  activation.py   gelu (erf form)
-    reduce.py       softmax_rows, argmax       elementwise.py  add, scale, fill, kv_write,
-    conv.py         conv1d (im2col + GEMM)                     to_f32, add_rows, embed
-    matmul.py       linear, logits (GEMM)      attention.py    attention (returns the weights)
+    reduce.py       softmax_rows, exp_rows,    elementwise.py  add, scale, fill, kv_write,
+                    argmax                                     to_f32, add_rows, embed
+    conv.py         conv1d (im2col + GEMM)     attention.py    attention (returns the weights)
+    matmul.py       linear, logits (GEMM; int8 weights: Int8Weight)
 
 A kernel body is a function decorated with `@kernel` in one of those modules (see _compile.py for
 how it becomes a CPU and a CUDA launcher; `python -m nwhisper.kernels` rewrites the generated
@@ -24,7 +25,7 @@ from nwhisper.kernels.conv import conv1d
 from nwhisper.kernels.elementwise import add, add_rows, embed, fill, kv_write, scale, to_f32
 from nwhisper.kernels.matmul import linear, logits
 from nwhisper.kernels.norm import layernorm
-from nwhisper.kernels.reduce import argmax, softmax_rows
+from nwhisper.kernels.reduce import argmax, exp_rows, softmax_rows
 
-__all__ = ["add", "add_rows", "argmax", "attention", "conv1d", "embed", "fill", "gelu",
+__all__ = ["add", "add_rows", "argmax", "attention", "conv1d", "embed", "exp_rows", "fill", "gelu",
            "kv_write", "layernorm", "linear", "logits", "scale", "softmax_rows", "to_f32"]

@@ -16,11 +16,10 @@ The CPU runs the two products on BLAS per head instead, and its softmax in betwe
 both tested against the portable path:
 
     a few queries (a decoder step)   softmax_row over every head's rows in one launch
-    many queries (the encoder)       NumPy, one head at a time while its scores are in cache:
-                                     NumPy's exp is vectorised, while a Numba loop calls libm's
-                                     exp one element at a time (that made the softmax 40 % of
-                                     the encoder); without weights to return, one head's
-                                     buffer serves all heads and 1/sum scales the output
+    many queries (the encoder)       one head at a time while its scores are in cache:
+                                     reduce.exp_rows (an exponential that vectorises), then
+                                     1/sum scales the output, or the probabilities when they
+                                     are returned (without, one head's buffer serves all)
 """
 
 import math
@@ -28,6 +27,7 @@ import math
 import numpy as np
 
 from nwhisper.kernels._compile import kernel
+from nwhisper.kernels.reduce import exp_rows
 
 @kernel
 def attn_scores_elem(i, q, k, s, nq, nk, hd, causal, q_offset):
@@ -106,8 +106,8 @@ def attention_blas(be, q, k, v, out, n_head, p, causal, q_offset):
     (nk, H*hd), or head-major (H, nk, hd).
 
     A few queries: the scores of every head go to p (H, nq, nk), one softmax_row launch, then the
-    values (head-major: each product one batched call). Many: head by head, the softmax in
-    NumPy; with p the normalised probabilities are kept there, with p None one (nq, nk) buffer
+    values (head-major: each product one batched call). Many: head by head, exp_rows between the
+    products; with p the normalised probabilities are kept there, with p None one (nq, nk) buffer
     serves every head."""
     nq, nk = q.shape[0], k.shape[k.ndim - 2]  # (nk, width) or head-major (H, nk, hd)
     hd = q.shape[1] // n_head
@@ -135,9 +135,7 @@ def attention_blas(be, q, k, v, out, n_head, p, causal, q_offset):
         np.matmul(q[:, cols] * scale, (k[h] if head_major else k[:, cols]).T, out=s)
         if masked is not None:
             s[masked] = -np.inf
-        s -= s.max(axis=1, keepdims=True)
-        np.exp(s, out=s)
-        np.sum(s, axis=1, keepdims=True, out=total)
+        exp_rows(be, s, total)
         vh = v[h] if head_major else v[:, cols]
         if p is None:
             np.matmul(s, vh, out=out[:, cols])
