@@ -74,9 +74,9 @@ class Backend:
 
     def weight_int8(self, a):
         """A matrix for gemm as int8 rows with per-row scales (kernels.matmul.Int8Weight); the
-        full-precision matrix stays beside it for GEMMs of many rows."""
-        q, scale = quantize_int8(a)
-        return Int8Weight(self.upload(q), self.upload(scale), self.weight(a))
+        full-precision matrix (`a` prepared by weight()) stays beside it for GEMMs of many rows."""
+        full = self.weight(a)
+        return Int8Weight(*quantize_int8(self, full), full)
 
     def _linear_body(self, x, w, out, bias):
         """out = x @ w.T (+ bias) by linear_elem; w f32/f16 or an Int8Weight."""

@@ -194,8 +194,7 @@ class Whisper:
         self.tok_emb = be.upload(_host(emb, emb.dtype))
         self.out_proj = self.tok_emb
         if int8:
-            q, scale = quantize_int8(_host(emb))
-            self.out_proj = Int8Weight(be.upload(q), be.upload(scale), be.weight(self.tok_emb))
+            self.out_proj = Int8Weight(*quantize_int8(be, self.tok_emb), self.tok_emb)
         self.dec_pos = be.upload(_host(ck["model.decoder.embed_positions.weight"]))
         self.dec_blocks = [_Block(be, ck, f"model.decoder.layers.{i}", cross=True, int8=int8)
                            for i in range(d.n_text_layer)]

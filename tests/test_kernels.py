@@ -160,9 +160,10 @@ def test_linear_int8(be, rng, n, i, o):
     GEMV_ROWS rows on linear_elem, more on BLAS with the full matrix); and q·scale is within half
     a step of w."""
     x, w, bias = rand(rng, n, i), rand(rng, o, i), rand(rng, o)
-    q, scale = quantize_int8(w)
-    assert q.dtype == np.int8 and np.abs(q).max() == 127
-    assert np.all(np.abs(q * scale[:, None] - w) <= scale[:, None] / 2 * (1 + 1e-6))
+    w[0] = 0.0  # an all-zero row: scale 1, not 0/0
+    q, scale = (be.download(a) for a in quantize_int8(be, be.upload(w)))
+    assert q.dtype == np.int8 and np.abs(q).max() == 127 and scale[0] == 1 and not q[0].any()
+    assert np.all(np.abs(q * scale[:, None] - w) <= scale[:, None] * (0.5 + 1e-5))  # f32 division
     out = be.empty((n, o))
     K.linear(be, x, be.weight_int8(w), bias, out)
     full = w if n > be.GEMV_ROWS else q.astype(np.float64) * scale[:, None]

@@ -65,7 +65,7 @@ class FakeModel:
 
 def test_jobs_run_one_at_a_time_finals_before_drafts_and_abandoned_ones_never():
     async def go():
-        host = ModelHost("fake", loader=lambda name, device: FakeModel())
+        host = ModelHost("fake", loader=lambda name, device, compute_type: FakeModel())
         host.load(warmup=False)
         assert host.accepts == {"audio", "language", "vad"} and host.shape["n_text_layer"] == 4
         order, gate = [], asyncio.Event()
@@ -98,7 +98,7 @@ def test_jobs_run_one_at_a_time_finals_before_drafts_and_abandoned_ones_never():
 
 def test_idle_unload_waits_for_holds_and_the_next_job_reloads():
     async def go():
-        host = ModelHost("fake", unload_after=0.01, loader=lambda name, device: FakeModel())
+        host = ModelHost("fake", unload_after=0.01, loader=lambda name, device, compute_type: FakeModel())
         host.load(warmup=False)
         host.hold()                     # an open stream
         await asyncio.sleep(0.05)

@@ -124,8 +124,12 @@ class _Progress:
 @click.option("-o", "--output-dir", default=".", show_default=True, type=click.Path(file_okay=False),
               help="where -f writes its files")
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
+@click.option("--compute-type", type=click.Choice(["float32", "int8"]), default="float32", show_default=True,
+              help="int8: the decoder reads int8 weights with per-row scales (CPU: faster decoding, "
+                   "transcripts checked against float32's; the encoder stays float32)")
 def transcribe(args, lang, task, max_tokens, timestamps, nospeech, beam, best_of, temperature,
-               word_timestamps, hallucination_s, vad, no_condition, prompt, fmt, output_dir, device):
+               word_timestamps, hallucination_s, vad, no_condition, prompt, fmt, output_dir, device,
+               compute_type):
     """Transcribe AUDIO files with MODEL (a name or path; default tiny.en)."""
     from .. import writers
     from ..api import load
@@ -136,7 +140,7 @@ def transcribe(args, lang, task, max_tokens, timestamps, nospeech, beam, best_of
     word_timestamps = word_timestamps or hallucination_s is not None
     model_arg, files = _split_model(args, KNOWN)
     try:
-        model = load(model_arg, device=device)
+        model = load(model_arg, device=device, compute_type=compute_type)
         for f in files:
             bar = _Progress(f)
             try:

@@ -32,6 +32,9 @@ def parse_addr(addr):
 @click.option("--max", "max_tokens", type=click.IntRange(1, 448), default=224, show_default=True,
               help="stop after N tokens per 30 s window")
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
+@click.option("--compute-type", type=click.Choice(["float32", "int8"]), default="float32", show_default=True,
+              help="int8: the decoder reads int8 weights with per-row scales (CPU: faster decoding, "
+                   "transcripts checked against float32's; the encoder stays float32)")
 @click.option("--tls", is_flag=True, help="https/wss with a self-signed ECDSA P-256 certificate (minted once, kept in --tls-dir)")
 @click.option("--cert", type=click.Path(exists=True, dir_okay=False), help="certificate PEM (with --key): https with your own certificate")
 @click.option("--key", type=click.Path(exists=True, dir_okay=False), help="private key PEM for --cert")
@@ -46,7 +49,7 @@ def parse_addr(addr):
               help="requests waiting for a free connection before the server answers 503")
 @click.option("--max-upload-mb", type=click.FloatRange(min=0.001), default=100, show_default=True,
               help="largest request body accepted (413 above)")
-def serve(model, addr, lang, vad, timestamps, max_tokens, device, tls, cert, key, tls_dir, token,
+def serve(model, addr, lang, vad, timestamps, max_tokens, device, compute_type, tls, cert, key, tls_dir, token,
           unload_after, connections, queue, max_upload_mb):
     """Serve MODEL (a name or path; default tiny.en) over HTTP: whisper.cpp's POST /inference,
     OpenAI's POST /v1/audio/transcriptions and /translations, GET /health, and a test page at /.
@@ -70,7 +73,7 @@ def serve(model, addr, lang, vad, timestamps, max_tokens, device, tls, cert, key
             click.echo(f"nwhisper: self-signed TLS {'minted' if minted else 'reused'}: {cert} "
                        f"({T.fingerprint(cert)}) — the browser will warn once; accept it and the "
                        f"microphone works")
-        cfg = Config(model=model, device=device, host=host, port=port,
+        cfg = Config(model=model, device=device, compute_type=compute_type, host=host, port=port,
                      language=lang.strip().lower() if lang else None, vad=vad,
                      timestamps=timestamps, max_tokens=max_tokens, token=token or None,
                      ssl=ssl_ctx, unload_after=unload_after, connections=connections, queue=queue,

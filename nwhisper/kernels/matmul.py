@@ -11,6 +11,8 @@ Weights are f32, f16 (CUDA), or int8 with one f32 scale per output row (`Int8Wei
 bytes of f32 ones.
 """
 
+import math
+
 import numpy as np
 
 from nwhisper.kernels._compile import kernel
@@ -43,20 +45,35 @@ class Int8Weight:
     """A weight matrix as int8 rows with one f32 scale each (w ≈ q · scale[:, None]), beside the
     full-precision matrix that BLAS uses for many rows at once (a prompt, word alignment).
 
-    Symmetric per-row scales: scale = max|w_row| / 127, so each row's largest weight is exact and
-    the rounding error of any weight is at most scale / 2."""
+    Symmetric per-row scales (quantize_row): scale = max|w_row| / 127, so each row's largest
+    weight is exact and the rounding error of any weight is at most scale / 2."""
 
     def __init__(self, q, scale, full):
         self.q, self.scale, self.full = q, scale, full
         self.shape, self.dtype = q.shape, q.dtype
 
 
-def quantize_int8(w):
-    """(q int8, scale f32) of a host matrix w (o, i), per output row; all-zero rows get scale 1."""
-    w = np.asarray(w, np.float32)
-    top = np.abs(w).max(axis=1)
-    scale = np.where(top > 0, top / 127.0, 1.0).astype(np.float32)
-    q = np.clip(np.rint(w / scale[:, None]), -127, 127).astype(np.int8)
+@kernel
+def quantize_row(o, w, q, scale):
+    """q[o, :] = round(w[o, :] / scale[o]) as int8, scale[o] = max|w[o, :]| / 127 (1 for an
+    all-zero row): symmetric per-row int8. w (n_out, n_in) f32/f16, q int8, scale f32."""
+    top = np.float32(0.0)
+    for c in range(w.shape[1]):
+        v = abs(np.float32(w[o, c]))
+        top = v if v > top else top
+    s = top / np.float32(127.0) if top > np.float32(0.0) else np.float32(1.0)
+    scale[o] = s
+    for c in range(w.shape[1]):
+        v = np.float32(w[o, c]) / s
+        v = min(max(v, np.float32(-127.0)), np.float32(127.0))
+        q[o, c] = np.int8(math.floor(v + np.float32(0.5)))  # to nearest, halves up
+
+
+def quantize_int8(be, w):
+    """(q int8, scale f32) of a weight matrix w (o, i) on the backend, per output row."""
+    q = be.empty(w.shape, np.int8)
+    scale = be.empty((w.shape[0],), np.float32)
+    be.launch(quantize_row, w.shape[0], w, q, scale, work=4 * w.size)
     return q, scale
 
 

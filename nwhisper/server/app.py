@@ -51,6 +51,7 @@ MiB = 1 << 20
 class Config:
     model: str = DEFAULT_MODEL
     device: str = "auto"
+    compute_type: str = "float32"
     host: str = "127.0.0.1"
     port: int = 6543
     language: str | None = None      # server default; a request's `language` overrides it
@@ -85,7 +86,7 @@ class Context:
         h = self.host
         return {
             "status": "ok" if h.loaded else "idle",
-            "model": {"name": h.name, "device": h.device_name, "multilingual": h.multilingual,
+            "model": {"name": h.name, "device": h.device_name, "compute_type": h.compute_type, "multilingual": h.multilingual,
                       **h.shape},
             "requests": self.requests,
             "failed": self.failed,
@@ -494,7 +495,7 @@ def _say(message):
 
 def run(cfg, say=_say, warmup=True):
     """Load the model, then open the port and serve until SIGINT/SIGTERM."""
-    host = ModelHost(cfg.model, cfg.device, cfg.unload_after)
+    host = ModelHost(cfg.model, cfg.device, cfg.unload_after, compute_type=cfg.compute_type)
     say(f"nwhisper: loading {cfg.model} ({cfg.device}) …")
     t0 = time.perf_counter()
     host.load(warmup=warmup)

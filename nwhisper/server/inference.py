@@ -53,10 +53,11 @@ class Job:
 
 
 class ModelHost:
-    def __init__(self, name, device="auto", unload_after=0.0, loader=None):
+    def __init__(self, name, device="auto", unload_after=0.0, loader=None, compute_type="float32"):
         if loader is None:
             from ..api import load as loader
         self.name, self.device, self.unload_after = name, device, float(unload_after or 0)
+        self.compute_type = compute_type
         self.device_name = device
         self._loader = loader
         self._model = None
@@ -95,7 +96,7 @@ class ModelHost:
 
     def _load(self):
         t0 = time.perf_counter()
-        m = self._loader(self.name, device=self.device)
+        m = self._loader(self.name, device=self.device, compute_type=self.compute_type)
         self.last_load_ms = round((time.perf_counter() - t0) * 1000, 1)
         self.loads += 1
         d = m.dims
