@@ -378,6 +378,31 @@ def test_vad_and_hallucination_options_are_checked():
     assert r.exit_code != 0 and "--hallucination-silence-threshold" in r.output
 
 
+def test_cli_bare_vad_is_silero(tmp_path, silences_audio):
+    """`--vad` alone means Silero (faster-whisper's vad_filter); `--vad energy` the energy
+    detector: the json output's speech regions are each detector's (they differ on the first
+    30 s of the silences recording: jfk.wav in noise)."""
+    import soundfile as sf
+    from click.testing import CliRunner
+
+    from nwhisper.cli.main import cli
+    from nwhisper.vad.regions import detector, speech_regions
+
+    x = silences_audio[0][:30 * 16000]
+    wav = tmp_path / "jfk-in-noise.wav"
+    sf.write(wav, x, 16000, subtype="FLOAT")
+    found = {}
+    for args, name in ((["--vad"], "silero"), (["--vad", "energy"], "energy")):
+        r = CliRunner().invoke(cli, ["transcribe", str(wav), *args, "-f", "json", "-o", str(tmp_path),
+                                     "--device", "cpu"])
+        assert r.exit_code == 0, r.output
+        with open(tmp_path / "jfk-in-noise.json", encoding="utf-8") as f:
+            found[name] = json.load(f)["speech_regions"]
+        want = [[round(a / 16000, 3), round(b / 16000, 3)] for a, b in speech_regions(x, detector(name))]
+        assert found[name] == want, (name, found[name], want)
+    assert found["silero"] != found["energy"]
+
+
 def test_initial_prompt_conditions_the_first_window():
     """openai's initial_prompt: the text goes in as <|startofprev|> context (tiny.en writes the
     card clip as '5 5' alone, 'Five, five.' after a prompt written in words)."""
