@@ -135,6 +135,12 @@ def test_conv1d(be, rng, t_in, c_in, c_out, stride, wdtype):
     out = be.empty((K.conv.out_len(t_in, stride), c_out))
     K.conv1d(be, x, be.upload(w), b, out, stride)
     check(f"conv1d {w.dtype}", out, ref_conv1d(x, w, b, stride))
+    # the CPU's NumPy im2col against the portable body (the CUDA path)
+    t_out = out.shape[0]
+    cols, want = np.empty((t_out, c_in * 3), np.float32), be.empty((t_out, c_in * 3))
+    K.conv.im2col_numpy(x, cols, stride)
+    be.launch(K.conv.im2col_elem, want.size, x, want, t_in, c_in, stride)
+    assert np.array_equal(cols, be.download(want))
 
 
 @pytest.mark.parametrize("n,i,o", [(1, 8, 4), (5, 64, 96), (1, 384, 1536), (300, 384, 384)])

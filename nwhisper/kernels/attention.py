@@ -15,7 +15,7 @@ scores are never computed nor read. The probabilities stay in a scratch buffer a
 The CPU runs the two products on BLAS per head instead, and its softmax in between two ways,
 both tested against the portable path:
 
-    a few queries (a decoder step)   softmax_row over every head's rows in one launch
+    a few queries (a decoder step)   reduce.exp_rows over every head's rows in one launch
     many queries (the encoder)       one head at a time while its scores are in cache:
                                      reduce.exp_rows (an exponential that vectorises), then
                                      1/sum scales the output, or the probabilities when they
@@ -67,8 +67,8 @@ def attn_values_elem(i, p, v, out, nq, nk, width, hd, causal, q_offset):
     out[qi, col] = acc
 
 
-# Up to this many queries the CPU's softmax is one softmax_row launch over every head (a
-# decoder step); above, NumPy per head (bench/kernels.py).
+# Up to this many queries the CPU's softmax is one launch over every head (a decoder step);
+# above, one per head while its scores are in cache.
 FEW_QUERIES = 8
 
 
@@ -105,7 +105,7 @@ def attention_blas(be, q, k, v, out, n_head, p, causal, q_offset):
     """CPU: per head s = q·kᵀ and out = softmax(s)·v on BLAS (NumPy arrays only); k and v
     (nk, H*hd), or head-major (H, nk, hd).
 
-    A few queries: the scores of every head go to p (H, nq, nk), one softmax_row launch, then the
+    A few queries: the scores of every head go to p (H, nq, nk), one exp_rows launch, then the
     values (head-major: each product one batched call). Many: head by head, exp_rows between the
     products; with p the normalised probabilities are kept there, with p None one (nq, nk) buffer
     serves every head."""
@@ -113,23 +113,28 @@ def attention_blas(be, q, k, v, out, n_head, p, causal, q_offset):
     hd = q.shape[1] // n_head
     heads = [slice(h * hd, (h + 1) * hd) for h in range(n_head)]
     head_major = k.ndim == 3
+    scale = np.float32(1.0 / math.sqrt(hd))
+    masked = np.arange(nk) > np.arange(nq)[:, None] + q_offset if causal and nq > 1 else None
     if nq <= FEW_QUERIES:
+        q = q * scale
         if head_major:
             np.matmul(q.reshape(nq, n_head, hd).transpose(1, 0, 2), k.transpose(0, 2, 1), out=p)
         else:
             for h, cols in enumerate(heads):
                 np.matmul(q[:, cols], k[:, cols].T, out=p[h])
-        be.softmax_rows(p.reshape(n_head * nq, nk), 1.0 / math.sqrt(hd), nq, causal, q_offset)
+        if masked is not None:
+            p[:, masked] = -np.inf
+        total = np.empty((n_head * nq, 1), np.float32)
+        exp_rows(be, p.reshape(n_head * nq, nk), total)
+        p /= total.reshape(n_head, nq, 1)
         if head_major:
             out.reshape(nq, n_head, hd)[:] = np.matmul(p, v).transpose(1, 0, 2)
         else:
             for h, cols in enumerate(heads):
                 np.matmul(p[h], v[:, cols], out=out[:, cols])
         return
-    scale = np.float32(1.0 / math.sqrt(hd))
     buf = np.empty((nq, nk), np.float32) if p is None else None
     total = np.empty((nq, 1), np.float32)
-    masked = np.arange(nk) > np.arange(nq)[:, None] + q_offset if causal else None
     for h, cols in enumerate(heads):
         s = buf if p is None else p[h]
         np.matmul(q[:, cols] * scale, (k[h] if head_major else k[:, cols]).T, out=s)

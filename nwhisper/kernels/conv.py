@@ -28,6 +28,18 @@ def im2col_elem(i, x, cols, t_in, c_in, stride):
         cols[t, j] = np.float32(0.0)
 
 
+def im2col_numpy(x, cols, stride):
+    """The CPU's im2col: three strided copies of the zero-padded input, one per tap, instead of
+    one launch item per element (whose index arithmetic made it 6x slower); tested equal to
+    im2col_elem."""
+    t_out, c_in = cols.shape[0], x.shape[1]
+    padded = np.zeros((x.shape[0] + 2, c_in), np.float32)
+    padded[1:-1] = x
+    taps = cols.reshape(t_out, c_in, KERNEL_SIZE)
+    for k in range(KERNEL_SIZE):
+        taps[:, :, k] = padded[k:k + stride * (t_out - 1) + 1:stride]
+
+
 def out_len(t_in, stride):
     """T_out of a kernel-3, padding-1 convolution."""
     return (t_in + 2 - KERNEL_SIZE) // stride + 1
@@ -42,5 +54,8 @@ def conv1d(be, x, w, b, out, stride):
     if out.shape != (t_out, c_out):
         raise ValueError(f"conv1d: out is {out.shape}, expected {(t_out, c_out)}")
     cols = be.scratch("conv1d.cols", (t_out, c_in * KERNEL_SIZE))
-    be.launch(im2col_elem, cols.size, x, cols, t_in, c_in, stride)
+    if be.name == "cpu":
+        im2col_numpy(x, cols, stride)
+    else:
+        be.launch(im2col_elem, cols.size, x, cols, t_in, c_in, stride)
     be.gemm(cols, be.weight(w.reshape(c_out, c_in * KERNEL_SIZE)), out, b)
