@@ -348,3 +348,40 @@ def test_fixture_index_lists_real_files():
         assert (info.samplerate, info.channels) == (int(sr), int(channels))
         assert abs(info.frames / info.samplerate - float(seconds)) < 1e-3 and text
     assert os.path.getsize(FIXTURES / "goforward.raw") == 89160
+
+
+def _wav(n_bytes, declared):
+    fmt = struct.pack("<HHIIHH", 1, 1, 16000, 32000, 2, 16)
+    return (b"RIFF" + struct.pack("<I", 36 + n_bytes) + b"WAVE" + b"fmt " + struct.pack("<I", 16) + fmt +
+            b"data" + struct.pack("<I", declared) + b"\0" * n_bytes)
+
+
+def test_truncated_wav_is_refused(tmp_path):
+    """A WAV whose data chunk is shorter than its header says: libsndfile would decode what is
+    there; we refuse it, from bytes and from a file, and name the sizes."""
+    assert load_audio(_wav(1000, 1000)).size == 500
+    for streamed in (_wav(1000, 0xFFFFFFFF), _wav(1000, 0)):  # placeholder sizes: length unknown
+        audio.check_wav_length(io.BytesIO(streamed), "streamed")
+    audio.check_wav_length(io.BytesIO(b"fLaC" + b"\0" * 100), "not a WAV")
+    cut = _wav(1000, 2000)
+    with pytest.raises(AudioError, match="truncated WAV: its data chunk declares 2000 bytes of "
+                                         "samples but only 1000 follow"):
+        load_audio(cut)
+    path = tmp_path / "cut.wav"
+    path.write_bytes((FIXTURES / "jfk.wav").read_bytes()[:100_000])
+    with pytest.raises(AudioError, match=f"{path}: truncated WAV"):
+        load_audio(str(path))
+
+
+def test_cli_names_a_missing_or_cut_file_without_a_traceback(tmp_path):
+    import subprocess
+    import sys
+
+    cut = tmp_path / "cut.wav"
+    cut.write_bytes((FIXTURES / "jfk.wav").read_bytes()[:50_000])
+    for path, says in ((tmp_path / "missing.wav", "no such file"), (tmp_path, "is a directory"),
+                       (cut, "truncated WAV")):
+        r = subprocess.run([sys.executable, "-c", "from nwhisper.cli.main import main; main()",
+                            "transcribe", str(path)],
+                           capture_output=True, text=True, timeout=300)
+        assert r.returncode != 0 and says in r.stderr and "Traceback" not in r.stderr, r.stderr

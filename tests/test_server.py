@@ -377,7 +377,10 @@ def test_a_client_that_hangs_up_while_queued_is_not_transcribed(servers):
     url = servers["main"].url
     x, sr = soundfile.read(JFK, dtype="float32")
     long_clip = io.BytesIO()
-    soundfile.write(long_clip, np.tile(x, 3), sr, format="WAV", subtype="PCM_16")   # 33 s: 2 windows
+    # 88 s, 3+ windows, under --max-upload-mb as 8 kHz (the speech at half speed): still
+    # transcribing when the other client hangs up 0.8 s in (33 s no longer was, once decoding
+    # got faster)
+    soundfile.write(long_clip, np.tile(x, 4), sr // 2, format="WAV", subtype="PCM_16")
     before = _health(url)
     busy = threading.Thread(target=inference, args=(url,), kwargs={"data": long_clip.getvalue()})
     busy.start()

@@ -163,7 +163,7 @@ def transcribe(args, lang, task, max_tokens, timestamps, nospeech, beam, best_of
                     click.echo(f"[{_fmt_time(s.start)} --> {_fmt_time(s.end)}] {s.text.strip()}")
             else:
                 click.echo("".join(s.text for s in segments).strip())
-    except (CheckpointError, AudioError, ValueError, RuntimeError) as e:
+    except (CheckpointError, AudioError, OSError, ValueError, RuntimeError) as e:
         _fail(e)
 
 
@@ -210,7 +210,7 @@ def encode(args, output, device):
         _fail("usage: nwhisper encode MODEL|config.json [model.safetensors] AUDIO -o OUT")
     try:
         states = load(model_arg, device=device).encode(audio)
-    except (CheckpointError, AudioError, ValueError, RuntimeError) as e:
+    except (CheckpointError, AudioError, OSError, ValueError, RuntimeError) as e:
         _fail(e)
     states.astype("<f4").tofile(output)
     click.echo(f"{output}: {states.shape[0]} x {states.shape[1]} float32")

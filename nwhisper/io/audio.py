@@ -27,6 +27,7 @@ import functools
 import io
 import math
 import os
+import struct
 
 import numba
 import numpy as np
@@ -63,6 +64,7 @@ def load_audio(source, sr=SAMPLE_RATE):
     Channels are averaged; the result is resampled when the file's rate differs from `sr`.
     """
     name, data = _open(source)
+    check_wav_length(data, name)
     try:
         f = sf.SoundFile(data)
     except TypeError:
@@ -191,6 +193,40 @@ def _apply_phases(xp, table, first, up, down, y):
             for m in range(taps):
                 acc += table[r, m] * xp[i0 + m]
             y[n] = acc
+
+
+def check_wav_length(source, name):
+    """Raise AudioError if `source` (a path or a seekable binary file) is a RIFF/WAVE file whose
+    data chunk declares more bytes than follow it: libsndfile would decode the part that is
+    there, and a cut-off upload or copy would come back as a confident transcript of half the
+    recording. A streamed WAV's placeholder sizes (0 or 0xFFFFFFFF, and RF64's) mean "unknown"
+    and pass; other formats pass untouched."""
+    f = open(source, "rb") if isinstance(source, str) else source
+    try:
+        start = f.tell()
+        total = f.seek(0, io.SEEK_END) - start
+        f.seek(start)
+        head = f.read(12)
+        if len(head) < 12 or head[8:12] != b"WAVE" or head[:4] not in (b"RIFF", b"RIFX"):
+            return
+        order = "<I" if head[:4] == b"RIFF" else ">I"
+        pos = 12
+        while pos + 8 <= total:
+            f.seek(start + pos)
+            chunk = f.read(8)
+            (size,) = struct.unpack(order, chunk[4:8])
+            if chunk[:4] == b"data":
+                have = total - pos - 8
+                if size not in (0, 0xFFFFFFFF) and have < size:
+                    raise AudioError(name, f"truncated WAV: its data chunk declares {size} bytes "
+                                           f"of samples but only {have} follow")
+                return
+            pos += 8 + size + (size & 1)       # chunks are padded to an even length
+    finally:
+        if f is source:
+            f.seek(start)
+        else:
+            f.close()
 
 
 def _open(source):

@@ -11,14 +11,12 @@ Two shapes are accepted, as whisper.cpp's server and OpenAI's API send them:
 
 Query-string fields also apply to multipart requests, under the form's own. Booleans read as
 whisper.cpp reads them (true/1/yes/y; false/0/no/n), but anything else is an error here rather
-than a silent false. A WAV whose data chunk is shorter than its header says is refused as
-truncated: libsndfile would decode the part that arrived, and a cut-off upload would come back as
-a confident transcript of half the recording.
+than a silent false. A WAV cut off in transit is refused when it is decoded
+(io/audio.py's check_wav_length).
 """
 
 from __future__ import annotations
 
-import struct
 from dataclasses import dataclass, field
 
 from tornado import httputil
@@ -100,7 +98,6 @@ def parse(request, body):
     if not data:
         raise Reject(400, f"empty audio: {name} has 0 bytes (send a WAV or another audio file "
                           f"as the multipart field 'file' or as the whole request body)")
-    check_wav_length(data, name)
     return Upload(bytes(data), name, fields)
 
 
@@ -109,23 +106,3 @@ def _strip_prefix(message):
         while message.startswith(p):
             message = message[len(p):]
     return message
-
-
-def check_wav_length(data, name):
-    """Raise Reject if `data` is a RIFF/WAVE file whose data chunk declares more bytes than follow.
-
-    A streamed WAV's placeholder sizes (0 or 0xFFFFFFFF, and RF64's) mean "unknown" and pass.
-    """
-    if len(data) < 12 or data[8:12] != b"WAVE" or data[:4] not in (b"RIFF", b"RIFX"):
-        return
-    fmt = "<I" if data[:4] == b"RIFF" else ">I"
-    pos = 12
-    while pos + 8 <= len(data):
-        chunk, (size,) = data[pos:pos + 4], struct.unpack(fmt, data[pos + 4:pos + 8])
-        if chunk == b"data":
-            have = len(data) - pos - 8
-            if size not in (0, 0xFFFFFFFF) and have < size:
-                raise Reject(400, f"{name}: truncated WAV: its data chunk declares {size} bytes "
-                                  f"of samples but only {have} arrived")
-            return
-        pos += 8 + size + (size & 1)       # chunks are padded to an even length
