@@ -48,17 +48,27 @@ def _mel_to_hz(m):
     return np.where(m >= min_log_mel, min_log_hz * np.exp(logstep * (m - min_log_mel)), f_sp * m)
 
 
-@functools.lru_cache(maxsize=4)
-def mel_filters(n_mels, sr=SAMPLE_RATE, n_fft=N_FFT):
-    """(n_mels, n_fft//2 + 1) float64 triangular filters, area-normalised ("slaney" norm)."""
-    fft_freqs = np.linspace(0.0, sr / 2, n_fft // 2 + 1)
+def slaney_filters(n_mels, sr=SAMPLE_RATE, n_fft=N_FFT, dtype=np.float64):
+    """(n_mels, n_fft//2 + 1) triangular filters on Slaney's mel scale, area-normalised: librosa's
+    filters.mel(norm="slaney", htk=False). The maths is float64 and the result is rounded to
+    `dtype` where librosa rounds it (each row, then the normalisation), so float32 gives
+    openai-whisper's assets/mel_filters.npz bit for bit (what ggml files carry) and float64
+    what HF's WhisperFeatureExtractor computes."""
+    fft_freqs = np.fft.rfftfreq(n=n_fft, d=1.0 / sr)
     mel_pts = _mel_to_hz(np.linspace(_hz_to_mel(0.0), _hz_to_mel(sr / 2), n_mels + 2))
     fdiff = np.diff(mel_pts)
-    ramps = mel_pts[:, None] - fft_freqs[None, :]
-    lower = -ramps[:-2] / fdiff[:-1, None]
-    upper = ramps[2:] / fdiff[1:, None]
-    weights = np.maximum(0.0, np.minimum(lower, upper))
+    ramps = np.subtract.outer(mel_pts, fft_freqs)
+    weights = np.zeros((n_mels, n_fft // 2 + 1), dtype)
+    for i in range(n_mels):
+        weights[i] = np.maximum(0.0, np.minimum(-ramps[i] / fdiff[i], ramps[i + 2] / fdiff[i + 1]))
     weights *= (2.0 / (mel_pts[2:n_mels + 2] - mel_pts[:n_mels]))[:, None]
+    return weights
+
+
+@functools.lru_cache(maxsize=4)
+def mel_filters(n_mels, sr=SAMPLE_RATE, n_fft=N_FFT):
+    """The float64 Slaney filterbank the log-mel uses, computed once per size (read-only)."""
+    weights = slaney_filters(n_mels, sr, n_fft)
     weights.setflags(write=False)
     return weights
 

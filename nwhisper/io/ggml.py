@@ -34,6 +34,7 @@ import struct
 
 import numpy as np
 
+from ..mel import slaney_filters
 from .bytelevel import byte_level_to_bytes
 from .checkpoint import (MAX_DIM, Checkpoint, CheckpointError, Dims, bf16_to_f32, expected_shapes,
                          open_map, validate)
@@ -292,30 +293,10 @@ def _unit_free(shape):
 # Writing
 
 
-def mel_filters(n_mels, sr=16000, n_fft=400):
-    """Slaney-style mel filterbank, (n_mels, n_fft // 2 + 1) float32: librosa.filters.mel with
-    norm='slaney', htk=False, as openai-whisper's assets/mel_filters.npz was made. The float64
-    maths and the two float32 roundings follow librosa's, so the result matches bit for bit."""
-    f_sp = 200.0 / 3                    # Hz per mel below 1 kHz (linear part)
-    min_log_hz = 1000.0
-    min_log_mel = min_log_hz / f_sp     # 15
-    logstep = np.log(6.4) / 27.0        # log-spaced above 1 kHz
-
-    def hz_to_mel(f):
-        return min_log_mel + np.log(f / min_log_hz) / logstep if f >= min_log_hz else f / f_sp
-
-    mels = np.linspace(hz_to_mel(0.0), hz_to_mel(sr / 2), n_mels + 2)
-    hz = np.where(mels >= min_log_mel, min_log_hz * np.exp(logstep * (mels - min_log_mel)), f_sp * mels)
-    fft_hz = np.fft.rfftfreq(n=n_fft, d=1.0 / sr)
-    fdiff = np.diff(hz)
-    ramps = np.subtract.outer(hz, fft_hz)
-    weights = np.zeros((n_mels, n_fft // 2 + 1), dtype=np.float32)
-    for i in range(n_mels):
-        lower = -ramps[i] / fdiff[i]
-        upper = ramps[i + 2] / fdiff[i + 1]
-        weights[i] = np.maximum(0, np.minimum(lower, upper))
-    weights *= (2.0 / (hz[2:n_mels + 2] - hz[:n_mels]))[:, np.newaxis]   # Slaney: constant area
-    return weights
+def mel_filters(n_mels):
+    """The filterbank a ggml file carries: Slaney's, float32, as openai-whisper's
+    assets/mel_filters.npz (librosa) — mel.slaney_filters rounds where librosa does."""
+    return slaney_filters(n_mels, dtype=np.float32)
 
 
 def base_words(ck):
