@@ -33,19 +33,7 @@ import tokenizers
 from tokenizers import pre_tokenizers
 
 from .io.bytelevel import byte_level_to_bytes, bytes_to_byte_level
-
-# openai-whisper's language codes in token order (its LANGUAGES dict). A model has the first
-# num_languages of them: 99, or 100 since large-v3 added Cantonese.
-LANGUAGE_CODES = (
-    "en zh de es ru ko fr ja pt tr pl ca nl ar sv it id hi fi vi he uk el ms cs ro da hu ta no "
-    "th ur hr bg lt la mi ml cy sk te fa lv bn sr az sl kn et mk br eu is hy ne mn bs kk sq sw "
-    "gl mr pa si km sn yo so af oc ka be tg sd gu am yi lo uz fo ht ps tk nn mt sa lb my bo tl "
-    "mg as tt haw ln ha ba jw su yue"
-).split()
-
-# The control tokens between the languages and the timestamps, in id order.
-TASK_TOKENS = ("<|translate|>", "<|transcribe|>", "<|startoflm|>", "<|startofprev|>",
-               "<|nospeech|>", "<|notimestamps|>")
+from .io.checkpoint import LANGUAGE_CODES, TASK_TOKENS, special_names  # noqa: F401 (re-exported)
 
 # Older spellings some vocabularies use → the spelling this module speaks.
 ALIASES = {"<|nocaptions|>": "<|nospeech|>", "<|iw|>": "<|he|>"}
@@ -142,9 +130,7 @@ class Tokenizer:
                              f"a Whisper vocabulary has 1 to {len(LANGUAGE_CODES)}")
         # Anything past the base words (a CTranslate2 vocabulary.txt spells the control tokens)
         # is ignored: the control tokens' ids follow from the rule, not from their text.
-        names = ["<|endoftext|>", "<|startoftranscript|>"]
-        names += [f"<|{c}|>" for c in LANGUAGE_CODES[:num_languages]]
-        names += TASK_TOKENS
+        names = special_names(num_languages)
         specials = {name: n_base + k for k, name in enumerate(names)}
         return cls(_RawText(words[:n_base]), specials, n_base + len(names), n_vocab, multilingual)
 

@@ -40,6 +40,26 @@ MAX_HEADS = 1024
 
 N_TIMESTAMPS = 1501        # <|0.00|> … <|30.00|> in 0.02 s steps
 
+# openai-whisper's language codes in token order (its LANGUAGES dict). A model has the first
+# num_languages of them: 99, or 100 since large-v3 added Cantonese.
+LANGUAGE_CODES = (
+    "en zh de es ru ko fr ja pt tr pl ca nl ar sv it id hi fi vi he uk el ms cs ro da hu ta no "
+    "th ur hr bg lt la mi ml cy sk te fa lv bn sr az sl kn et mk br eu is hy ne mn bs kk sq sw "
+    "gl mr pa si km sn yo so af oc ka be tg sd gu am yi lo uz fo ht ps tk nn mt sa lb my bo tl "
+    "mg as tt haw ln ha ba jw su yue"
+).split()
+
+# The control tokens between the languages and the timestamps, in id order.
+TASK_TOKENS = ("<|translate|>", "<|transcribe|>", "<|startoflm|>", "<|startofprev|>",
+               "<|nospeech|>", "<|notimestamps|>")
+
+
+def special_names(num_languages):
+    """The special tokens between the base words and the timestamps, in id order:
+    <|endoftext|>, <|startoftranscript|>, one per language, then TASK_TOKENS."""
+    return (["<|endoftext|>", "<|startoftranscript|>"]
+            + [f"<|{c}|>" for c in LANGUAGE_CODES[:num_languages]] + list(TASK_TOKENS))
+
 
 @dataclass(frozen=True)
 class Dims:
@@ -82,20 +102,18 @@ class Dims:
         return self.n_vocab - 51765 - int(self.is_multilingual)
 
     def positional_special_ids(self):
-        """Special-token ids by position, as whisper.cpp derives them for a ggml file, whose
-        vocabulary has no text for them. openai-whisper's vocabulary ends with <|endoftext|>,
-        <|startoftranscript|>, one token per language, six task/control tokens and 1501
-        timestamps (<|0.00|> … <|30.00|>, 0.02 s apart), so every id follows from n_vocab.
-        None for a vocabulary too small to be Whisper's (e.g. a test model)."""
-        eot = self.n_vocab - N_TIMESTAMPS - 6 - self.num_languages - 2
-        if self.num_languages <= 0 or eot <= 0:
+        """Special-token ids by position, {name: id} for special_names and <|0.00|>, as
+        whisper.cpp derives them for a ggml file, whose vocabulary has no text for them.
+        openai-whisper's vocabulary ends with special_names(num_languages) and 1501 timestamps
+        (<|0.00|> … <|30.00|>, 0.02 s apart), so every id follows from n_vocab. None for a
+        vocabulary too small to be Whisper's (e.g. a test model)."""
+        if not 0 < self.num_languages <= len(LANGUAGE_CODES):
             return None
-        sot = eot + 1
-        after = sot + self.num_languages  # the last language token
-        return {"<|endoftext|>": eot, "<|startoftranscript|>": sot,
-                "<|translate|>": after + 1, "<|transcribe|>": after + 2, "<|startoflm|>": after + 3,
-                "<|startofprev|>": after + 4, "<|nospeech|>": after + 5, "<|notimestamps|>": after + 6,
-                "<|0.00|>": after + 7}
+        names = special_names(self.num_languages) + ["<|0.00|>"]
+        eot = self.n_vocab - N_TIMESTAMPS - len(names) + 1
+        if eot <= 0:
+            return None
+        return {name: eot + k for k, name in enumerate(names)}
 
 
 @dataclass
