@@ -111,7 +111,6 @@ def attention_blas(be, q, k, v, out, n_head, p, causal, q_offset):
     serves every head."""
     nq, nk = q.shape[0], k.shape[k.ndim - 2]  # (nk, width) or head-major (H, nk, hd)
     hd = q.shape[1] // n_head
-    heads = [slice(h * hd, (h + 1) * hd) for h in range(n_head)]
     head_major = k.ndim == 3
     scale = np.float32(1.0 / math.sqrt(hd))
     masked = np.arange(nk) > np.arange(nq)[:, None] + q_offset if causal and nq > 1 else None
@@ -131,7 +130,8 @@ def attention_blas(be, q, k, v, out, n_head, p, causal, q_offset):
         return
     buf = np.empty((nq, nk), np.float32) if p is None else None
     total = np.empty((nq, 1), np.float32)
-    for h, cols in enumerate(heads):
+    for h in range(n_head):
+        cols = slice(h * hd, (h + 1) * hd)
         s = buf if p is None else p[h]
         np.matmul(q[:, cols] * scale, (k[h] if head_major else k[:, cols]).T, out=s)
         if masked is not None:
