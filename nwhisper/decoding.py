@@ -105,10 +105,19 @@ def suppress_lists(ck, tok):
     return sorted(set(int(i) for i in always if i >= 0)), sorted(set(int(i) for i in begin))
 
 
+def log_normalizer(x):
+    """log Σ exp(x) of a float32 row, -inf when every entry is -inf. The exponentials in float32
+    (NumPy's vectorised exp: ~20 µs for a 51865-word row, where float64's took ~300 µs on some
+    value ranges), summed in float64; measured within 2e-9 of the all-float64 value."""
+    m = float(x.max())
+    if m == -np.inf:
+        return m
+    return m + float(np.log(np.exp(x - np.float32(m)).sum(dtype=np.float64)))
+
+
 def log_softmax(x):
-    x = x.astype(np.float64)
-    m = x.max()
-    return x - (m + np.log(np.exp(x - m).sum()))
+    """float64 log-probabilities of a float32 row of logits."""
+    return x.astype(np.float64) - log_normalizer(x)
 
 
 class TimestampRules:
@@ -149,9 +158,9 @@ class TimestampRules:
             logits[:b] = NEG_INF
             if self.max_initial is not None:
                 logits[b + self.max_initial + 1:] = NEG_INF
-        lp = log_softmax(logits)
-        ts_mass = np.logaddexp.reduce(lp[b:])
-        if ts_mass > lp[:b].max():
+        # log P(any timestamp) > max log P(text token): both sides share the normaliser, so
+        # compare the timestamps' log-sum-exp with the largest text logit directly
+        if log_normalizer(logits[b:]) > logits[:b].max():
             logits[:b] = NEG_INF
 
 
@@ -348,13 +357,13 @@ class GreedyDecoder:
                 K.softmax_rows(be, last)
                 result.sum_logprob += float(np.log(max(float(be.download(last[0:1, t:t + 1])[0, 0]), 1e-38)))
             else:
-                row = be.download(last)[0].copy()
+                row = be.download(last)[0]
                 row[self.always] = NEG_INF
                 if first:
                     row[self.begin] = NEG_INF
                 rules.apply(row, result.tokens)
                 t = int(np.argmax(row))
-                result.sum_logprob += float(log_softmax(row)[t])
+                result.sum_logprob += float(row[t]) - log_normalizer(row)
             if t == tok.eot:
                 break
             result.tokens.append(t)
