@@ -22,7 +22,7 @@ import numpy as np
 
 from nwhisper.kernels import _compile
 from nwhisper.kernels.elementwise import fill_elem
-from nwhisper.kernels.matmul import Int8Weight, linear_elem, linear_items, quantize_int8
+from nwhisper.kernels.matmul import Int8Weight, linear_elem, quantize_int8
 from nwhisper.kernels.reduce import softmax_row
 
 # Numba's OpenMP workers spin after each parallel loop by default; with few cores the spinning takes
@@ -82,7 +82,7 @@ class Backend:
         """out = x @ w.T (+ bias) by linear_elem; w f32/f16 or an Int8Weight."""
         q, scale = (w.q, w.scale) if isinstance(w, Int8Weight) else (w, self._none)
         n, n_in = x.shape
-        self.launch(linear_elem, linear_items(n, q.shape[0]), x, q, scale,
+        self.launch(linear_elem, q.shape[0], x, q, scale,
                     self._none if bias is None else bias, out, n, n_in,
                     work=n * q.shape[0] * n_in // 64)  # vectorised: ~64 MACs per scalar step
 

@@ -335,17 +335,11 @@ class GreedyDecoder:
 
     def _greedy(self, enc, options, prompt):
         tok, model, be = self.tok, self.model, self.be
-        state = model.new_state(enc)
         room = model.dims.n_text_ctx - len(prompt)
         limit = max(0, min(options.max_tokens, room))
         rules = TimestampRules(tok, self.n_vocab, options.max_initial_timestamp) if options.timestamps else None
-        result = DecodingResult(tokens=[], prompt=list(prompt))
-        logits = model.decode(state, np.asarray(prompt, np.int32),
-                              logits_for=(prompt.index(tok.sot), len(prompt) - 1))
-        if tok.no_speech is not None:
-            row = be.download(logits[0:1])[0]
-            result.no_speech_prob = float(np.exp(log_softmax(row)[tok.no_speech]))
-        last = logits[1:2]
+        state, last, nsp = _start(model, tok, enc, prompt)
+        result = DecodingResult(tokens=[], prompt=list(prompt), no_speech_prob=nsp)
         while len(result.tokens) < limit:
             first = not result.tokens
             if rules is None:

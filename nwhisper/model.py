@@ -24,7 +24,6 @@ import numpy as np
 
 from . import kernels as K
 from .io.checkpoint import Checkpoint
-from .kernels.matmul import Int8Weight, quantize_int8
 
 LN_EPS = 1e-5   # torch.nn.LayerNorm's default, which every Whisper was trained with
 
@@ -192,9 +191,7 @@ class Whisper:
         # The token embedding is also the output projection (Whisper ties them); it stays in the
         # checkpoint's precision: at f16 that halves the bytes the last GEMV of every step reads.
         self.tok_emb = be.upload(_host(emb, emb.dtype))
-        self.out_proj = self.tok_emb
-        if int8:
-            self.out_proj = Int8Weight(*quantize_int8(be, self.tok_emb), self.tok_emb)
+        self.out_proj = be.weight_int8(self.tok_emb) if int8 else self.tok_emb
         self.dec_pos = be.upload(_host(ck["model.decoder.embed_positions.weight"]))
         self.dec_blocks = [_Block(be, ck, f"model.decoder.layers.{i}", cross=True, int8=int8)
                            for i in range(d.n_text_layer)]
@@ -353,8 +350,6 @@ class Whisper:
         else:
             state, i = cache
             pos = state.length
-            if pos + n > state.self_k[i].shape[0]:
-                raise IndexError(f"KV cache of {state.self_k[i].shape[0]}: rows {pos}..{pos + n}")
             blk.attn.k(be, h, state.self_k[i][pos:pos + n])   # projected straight into the cache
             blk.attn.v(be, h, state.self_v[i][pos:pos + n])
             a = s.get("a", n, width)

@@ -27,7 +27,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from nwhisper import backend  # noqa: E402
 from nwhisper import kernels as K  # noqa: E402
-from nwhisper.kernels.matmul import linear_elem, linear_items  # noqa: E402
+from nwhisper.kernels.matmul import linear_elem  # noqa: E402
 from nwhisper.kernels.reduce import softmax_row  # noqa: E402
 
 TOL = 5e-6  # relative: f32 on both sides, only the summation order differs (the CPU reassociates)
@@ -110,7 +110,7 @@ def linear_portable(be, x, w, bias):
     """The portable body, for the fast paths' sake (the CPU side of this case runs BLAS)."""
     out = be.empty((x.shape[0], w.shape[0]))
     none = be.upload(np.zeros(0, np.float32))
-    be.launch(linear_elem, linear_items(*out.shape), be.upload(x), be.weight(w), none,
+    be.launch(linear_elem, out.shape[1], be.upload(x), be.weight(w), none,
               none if bias is None else be.upload(bias), out, x.shape[0], x.shape[1])
     return [be.download(out)]
 

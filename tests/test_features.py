@@ -255,6 +255,21 @@ def test_no_text_in_the_silences(silences):
     assert any(not _in_speech(s.start, s.end, placed, 1.0) for s in loose)
 
 
+def _check_on_the_speech(segs, info, placed, share, margin):
+    """A --vad transcription of the silences recording: the regions cover every placed clip and
+    keep less than `share` of the recording; every segment lies within `margin` s of the speech;
+    one starts within 1 s of every clip; the times are monotonic."""
+    for _, a, b in placed:
+        assert any(r0 <= a + 0.1 and r1 >= b - 0.1 for r0, r1 in info.speech_regions), (a, b, info.speech_regions)
+    assert info.duration_after_vad < share * info.duration
+    for s in segs:
+        assert _in_speech(s.start, s.end, placed, margin), (s.start, s.end, s.text)
+    for _, a, _ in placed:
+        assert any(abs(s.start - a) <= 1.0 for s in segs), (a, [(s.start, s.end) for s in segs])
+    times = [t for s in segs for t in (s.start, s.end)]
+    assert times == sorted(times)
+
+
 def test_vad_lands_on_the_speech_and_is_faster(silences):
     """--vad energy: the regions cover every placed clip; segments start and end within 1 s of the
     speech (on the recording's clock); it runs faster than the full recording."""
@@ -262,15 +277,7 @@ def test_vad_lands_on_the_speech_and_is_faster(silences):
     segs, info = r["vad"]
     print(f"tiny.en, 300 s: {r['t_full']:.2f} s without VAD, {r['t_vad']:.2f} s with "
           f"({info.duration_after_vad:.1f} s of speech)")
-    for _, a, b in placed:
-        assert any(r0 <= a + 0.1 and r1 >= b - 0.1 for r0, r1 in info.speech_regions), (a, b, info.speech_regions)
-    assert info.duration_after_vad < 0.25 * info.duration
-    for s in segs:
-        assert _in_speech(s.start, s.end, placed, 1.0), (s.start, s.end, s.text)
-    for _, a, _ in placed:
-        assert any(abs(s.start - a) <= 1.0 for s in segs), (a, [(s.start, s.end) for s in segs])
-    times = [t for s in segs for t in (s.start, s.end)]
-    assert times == sorted(times)
+    _check_on_the_speech(segs, info, placed, share=0.25, margin=1.0)
     assert r["t_vad"] < r["t_full"]
 
 
@@ -315,15 +322,7 @@ def test_silero_vad_lands_on_the_speech(silences):
     segs, info = r["silero"]
     print(f"tiny.en, 300 s: {r['t_full']:.2f} s without VAD, {r['t_silero']:.2f} s with Silero "
           f"({info.duration_after_vad:.1f} s of speech)")
-    for _, a, b in placed:
-        assert any(r0 <= a + 0.1 and r1 >= b - 0.1 for r0, r1 in info.speech_regions), (a, b, info.speech_regions)
-    assert info.duration_after_vad < 0.2 * info.duration
-    for s in segs:
-        assert _in_speech(s.start, s.end, placed, 0.5), (s.start, s.end, s.text)
-    for _, a, _ in placed:
-        assert any(abs(s.start - a) <= 1.0 for s in segs), (a, [(s.start, s.end) for s in segs])
-    times = [t for s in segs for t in (s.start, s.end)]
-    assert times == sorted(times)
+    _check_on_the_speech(segs, info, placed, share=0.2, margin=0.5)
     joined_ends = np.cumsum([b - a for a, b in info.speech_regions])
     k = int(np.searchsorted(joined_ends, 30.0))            # the region holding joined second 30
     assert joined_ends[k] - (info.speech_regions[k][1] - info.speech_regions[k][0]) < 30.0 < joined_ends[k]

@@ -17,7 +17,7 @@ import pytest
 from nwhisper import backend
 from nwhisper import kernels as K
 from nwhisper.kernels import _compile
-from nwhisper.kernels.matmul import linear_elem, linear_items, quantize_int8
+from nwhisper.kernels.matmul import linear_elem, quantize_int8
 
 # The module, not the op that nwhisper.kernels re-exports under the same name.
 attention_mod = sys.modules["nwhisper.kernels.attention"]
@@ -155,7 +155,7 @@ def test_linear(be, rng, n, i, o, wdtype, with_bias):
     check("linear (BLAS)", out, want)
     portable = be.empty((n, o))
     none = np.zeros(0, np.float32)
-    be.launch(linear_elem, linear_items(n, o), x, be.weight(w), none,
+    be.launch(linear_elem, o, x, be.weight(w), none,
               none if bias is None else bias, portable, n, i)
     check("linear portable body vs BLAS", portable, out)
 

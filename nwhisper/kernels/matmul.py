@@ -36,11 +36,6 @@ def linear_elem(o, x, w, scale, bias, out, n, n_in):
         out[r, o] = acc * s + b
 
 
-def linear_items(n, n_out):
-    """The launch size of linear_elem for n rows and n_out outputs."""
-    return n_out
-
-
 class Int8Weight:
     """A weight matrix as int8 rows with one f32 scale each (w ≈ q · scale[:, None]), beside the
     full-precision matrix that BLAS uses for many rows at once (a prompt, word alignment).
