@@ -20,7 +20,7 @@ import os
 
 import numpy as np
 
-from nwhisper.kernels import _compile
+from nwhisper.kernels import _compile, gemm_int8
 from nwhisper.kernels.elementwise import fill_elem
 from nwhisper.kernels.matmul import Int8Weight, linear_elem, quantize_int8
 from nwhisper.kernels.reduce import softmax_row
@@ -131,13 +131,25 @@ class CpuBackend(Backend):
         """A matrix for gemm: C-contiguous f32 (f16 widened once; f32 kept without a copy)."""
         return np.require(a, np.float32, ("C", "A"))
 
+    def weight_int8(self, a):
+        """As Backend.weight_int8; where the int8 GEMM runs (gemm_int8.available) the rows are
+        also packed for it and the full-precision matrix is dropped: no product needs it."""
+        w = super().weight_int8(a)
+        if gemm_int8.available() and w.shape[0] % gemm_int8.COLS == 0:
+            w.packed, w.full = gemm_int8.PackedInt8(w.q, w.scale), None
+        return w
+
     def gemm(self, x, w, out, bias=None):
         """out[n, o] = x[n, i] @ w[o, i].T (+ bias[o]); x, out f32 2-D; w from weight() or
         weight_int8(). f32 on BLAS (it matches or beats linear_elem from one row up,
-        bench/kernels.py); int8 on linear_elem up to GEMV_ROWS rows."""
+        bench/kernels.py); int8 on linear_elem up to GEMV_ROWS rows, above on the int8 GEMM
+        (activations quantised per row) or, without one, on the full matrix."""
         if isinstance(w, Int8Weight):
             if x.shape[0] <= self.GEMV_ROWS:
                 self._linear_body(x, w, out, bias)
+                return
+            if w.packed is not None:
+                gemm_int8.gemm(x, w.packed, bias, out, self.scratch)
                 return
             w = w.full
         if w.dtype != np.float32:

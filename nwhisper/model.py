@@ -168,10 +168,12 @@ class BatchState:
 class Whisper:
     """A Whisper model's weights on a backend, with `encode` and `decode`.
 
-    compute_type "int8": the decoder's projections and its output projection also keep int8
-    rows with per-row scales, which decoding's one-to-few-row products read instead of f32
-    (a quarter of the bytes; a decoder step is memory-bound). The encoder, the window's cross
-    K/V and every product of many rows stay f32 on BLAS."""
+    compute_type "int8" (as CTranslate2's): every linear layer, the window's cross K/V and the
+    output projection keep int8 rows with per-row scales. Decoding's one-to-few-row products
+    read them instead of f32 (a quarter of the bytes; a decoder step is memory-bound); products
+    of many rows (the encoder's 1500) run on the CPU's int8 GEMM with the activations quantised
+    per row (kernels/gemm_int8.py), or on the f32 matrices where it does not run. Attention,
+    the convolutions and the normalisations stay f32."""
 
     def __init__(self, ck: Checkpoint, be, compute_type="float32"):
         if compute_type not in COMPUTE_TYPES:
@@ -185,7 +187,8 @@ class Whisper:
         self.conv2_w = be.upload(_host(ck["model.encoder.conv2.weight"]))
         self.conv2_b = be.upload(_host(ck["model.encoder.conv2.bias"]))
         self.enc_pos = be.upload(_host(ck["model.encoder.embed_positions.weight"]))
-        self.enc_blocks = [_Block(be, ck, f"model.encoder.layers.{i}", cross=False) for i in range(d.n_audio_layer)]
+        self.enc_blocks = [_Block(be, ck, f"model.encoder.layers.{i}", cross=False, int8=int8)
+                           for i in range(d.n_audio_layer)]
         self.enc_ln = _LayerNorm(be, ck, "model.encoder.layer_norm")
         emb = ck["model.decoder.embed_tokens.weight"]
         # The token embedding is also the output projection (Whisper ties them); it stays in the
@@ -204,7 +207,7 @@ class Whisper:
             name = f"model.decoder.layers.{i}.encoder_attn."
             ws += [_host(ck[name + "k_proj.weight"]), _host(ck[name + "v_proj.weight"])]
             bs += [np.zeros(d.n_text_state, np.float32), _host(ck[name + "v_proj.bias"])]
-        self.cross_kv_w = be.weight(np.concatenate(ws))
+        self.cross_kv_w = (be.weight_int8 if int8 else be.weight)(np.concatenate(ws))
         self.cross_kv_b = be.upload(np.concatenate(bs))
         self._cross = None  # (enc, cross_k, cross_v) of the last window
         self.scratch = Scratch(be)

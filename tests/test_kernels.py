@@ -16,7 +16,7 @@ import pytest
 
 from nwhisper import backend
 from nwhisper import kernels as K
-from nwhisper.kernels import _compile
+from nwhisper.kernels import _compile, gemm_int8
 from nwhisper.kernels.matmul import linear_elem, quantize_int8
 
 # The module, not the op that nwhisper.kernels re-exports under the same name.
@@ -174,6 +174,65 @@ def test_linear_int8(be, rng, n, i, o):
     K.linear(be, x, be.weight_int8(w), bias, out)
     full = w if n > be.GEMV_ROWS else q.astype(np.float64) * scale[:, None]
     check("linear int8", out, x.astype(np.float64) @ full.T + bias)
+
+
+needs_vnni = pytest.mark.skipif(not gemm_int8.available(),
+                                reason="the int8 GEMM needs AVX-512 VNNI and Numba compiling for this CPU")
+
+
+def quantized_rows_oracle(x):
+    """The int8 GEMM's activation rounding, written in NumPy: per row sx = max|x| / 127 and
+    round half up of x / sx (float32, as the kernel divides)."""
+    top = np.abs(x).max(axis=1)
+    sx = np.where(top > 0, top / np.float32(127), np.float32(1)).astype(np.float32)
+    v = np.clip(x * (np.float32(1) / sx[:, None]), -127, 127)
+    return np.floor(v + np.float32(0.5)).astype(np.int64), sx
+
+
+@needs_vnni
+@pytest.mark.parametrize("m,k,n", [(1500, 384, 64), (9, 40, 128), (67, 130, 192), (4, 2048, 64),
+                                   (130, 512, 1536)])
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_gemm_int8(rng, m, k, n, with_bias):
+    """The VNNI int8 GEMM (compute_type="int8", many rows, CPU) = NumPy's exact integer product of
+    the same quantised matrices, scaled (int32 sums are exact; the float epilogue rounds once);
+    and within the activations' rounding of the float product. Rows not a multiple of the
+    tile's 4, K not a multiple of 4, a result written into a row slice of a wider buffer."""
+    x, w = rand(rng, m, k), rand(rng, n, k) * np.float32(0.05)
+    bias = rand(rng, n) if with_bias else None
+    x[m // 2] = 0.0                        # a zero row: scale 1, no 0/0
+    q, scale = quantize_int8(backend.get("cpu"), w)
+    packed = gemm_int8.PackedInt8(q, scale)
+    big = np.full((m, n + 64), np.float32(7))
+    out = big[:, 32:32 + n]
+    scratch = lambda name, shape, dtype: np.empty(shape, dtype)  # noqa: E731
+    gemm_int8.gemm(x, packed, bias, out, scratch)
+    xq, sx = quantized_rows_oracle(x)
+    exact = (xq @ q.astype(np.int64).T) * (sx[:, None].astype(np.float64) * scale) + (0 if bias is None else bias)
+    check("int8 GEMM vs exact integer product", out, exact)
+    assert (big[:, :32] == 7).all() and (big[:, 32 + n:] == 7).all()
+    # The activations' rounding: each |Δx| <= sx / 2, so |Δout| <= sx/2 · Σ|w| per element.
+    want = x.astype(np.float64) @ (q * scale[:, None]).T.astype(np.float64) + (0 if bias is None else bias)
+    bound = (sx[:, None] / 2) * np.abs(q * scale[:, None]).sum(axis=1)[None, :] + 1e-4
+    assert np.all(np.abs(out - want) <= bound)
+
+
+@needs_vnni
+def test_int8_weights_use_the_int8_gemm_for_many_rows(be, rng):
+    """be.gemm on an int8 weight: up to GEMV_ROWS rows linear_elem (float activations), above
+    the int8 GEMM (packed rows; the full-precision copy is dropped); widths that are not a
+    multiple of 64 keep the full matrix."""
+    w = be.weight_int8(rand(rng, 128, 96))
+    assert w.packed is not None and w.full is None
+    x = rand(rng, 12, 96)
+    out, direct = np.empty((12, 128), np.float32), np.empty((12, 128), np.float32)
+    K.linear(be, x, w, None, out)
+    gemm_int8.gemm(x, w.packed, None, direct, be.scratch)
+    assert np.array_equal(out, direct)
+    odd = be.weight_int8(rand(rng, 100, 96))
+    assert odd.packed is None and odd.full is not None
+    with pytest.raises(ValueError, match="multiple of 64"):
+        gemm_int8.PackedInt8(odd.q, odd.scale)
 
 
 def test_linear_into_row_slices(be, rng):
