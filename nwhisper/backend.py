@@ -79,7 +79,7 @@ class Backend:
         return Int8Weight(*quantize_int8(self, full), full)
 
     def _linear_body(self, x, w, out, bias):
-        """out = x @ w.T (+ bias) by linear_elem; w f32/f16 or an Int8Weight."""
+        """out = x @ w.T (+ bias) by linear_elem; w f32/f16 (CPU: uint16 bits) or an Int8Weight."""
         q, scale = (w.q, w.scale) if isinstance(w, Int8Weight) else (w, self._none)
         n, n_in = x.shape
         self.launch(linear_elem, q.shape[0], x, q, scale,
@@ -127,8 +127,18 @@ class CpuBackend(Backend):
         """A host copy (as from a device: later kernels do not change it)."""
         return np.array(a)
 
-    def weight(self, a):
-        """A matrix for gemm: C-contiguous f32 (f16 widened once; f32 kept without a copy)."""
+    def weight(self, a, gemv=False):
+        """A matrix for gemm: C-contiguous f32 (f16 widened once; f32 kept without a copy).
+
+        gemv=True, for a matrix that is mostly multiplied by a few rows (the decoder's): an f16
+        matrix stays f16, as its bits in a uint16 array (kernels/widen.py), which linear_elem
+        reads at half the bytes; products of more rows widen it into a scratch matrix for BLAS.
+        A uint16 matrix is taken as such bits."""
+        a = np.asarray(a)
+        if a.dtype == np.float16 and gemv:
+            return np.require(a, requirements=("C", "A")).view(np.uint16)
+        if a.dtype == np.uint16:
+            a = a.view(np.float16)
         return np.require(a, np.float32, ("C", "A"))
 
     def weight_int8(self, a):
@@ -142,8 +152,9 @@ class CpuBackend(Backend):
     def gemm(self, x, w, out, bias=None):
         """out[n, o] = x[n, i] @ w[o, i].T (+ bias[o]); x, out f32 2-D; w from weight() or
         weight_int8(). f32 on BLAS (it matches or beats linear_elem from one row up,
-        bench/kernels.py); int8 on linear_elem up to GEMV_ROWS rows, above on the int8 GEMM
-        (activations quantised per row) or, without one, on the full matrix."""
+        bench/kernels.py); f16 bits and int8 on linear_elem up to GEMV_ROWS rows; above, f16
+        widened for BLAS, int8 on the int8 GEMM (activations quantised per row) or, without
+        one, on the full matrix."""
         if isinstance(w, Int8Weight):
             if x.shape[0] <= self.GEMV_ROWS:
                 self._linear_body(x, w, out, bias)
@@ -152,6 +163,13 @@ class CpuBackend(Backend):
                 gemm_int8.gemm(x, w.packed, bias, out, self.scratch)
                 return
             w = w.full
+        elif w.dtype == np.uint16:    # f16 bits (weight(gemv=True))
+            if x.shape[0] <= self.GEMV_ROWS:
+                self._linear_body(x, w, out, bias)
+                return
+            full = self.scratch("gemm.widened", w.shape)
+            np.copyto(full, w.view(np.float16))
+            w = full
         if w.dtype != np.float32:
             raise TypeError(f"gemm: the weight is {w.dtype}; prepare it with be.weight() "
                             "(NumPy has no BLAS for it)")
@@ -247,8 +265,9 @@ class CudaBackend(Backend):
     def download(self, a):
         return a.copy_to_host()
 
-    def weight(self, a):
-        """A matrix for gemm on the device, f16 or f32 as given (other floats become f32)."""
+    def weight(self, a, gemv=False):
+        """A matrix for gemm on the device, f16 or f32 as given (other floats become f32);
+        f16 is read as f16 by every product here, so `gemv` changes nothing."""
         if not hasattr(a, "copy_to_host") and a.dtype not in (np.float16, np.float32):
             a = np.asarray(a, np.float32)
         return self.upload(a)

@@ -40,12 +40,15 @@ COMPUTE_TYPES = ("float32", "int8")
 class _Linear:
     """y = x·Wᵀ (+ b). k_proj has no bias: openai-whisper built its key projections with
     bias=False (a bias on the keys would add the same constant to every score of a query,
-    which softmax cancels), so `b` is None there. int8: W as int8 rows with per-row scales
-    for the few-row products of decoding (kernels.matmul.Int8Weight)."""
+    which softmax cancels), so `b` is None there.
 
-    def __init__(self, be, ck, name, bias=True, int8=False):
+    store: how W is kept — "full" (f32, for products of many rows: the encoder), "gemv" (the
+    checkpoint's f16 kept where the backend reads it at the point of use: decoding's few-row
+    products, memory-bound), "int8" (int8 rows with per-row scales, kernels.matmul.Int8Weight)."""
+
+    def __init__(self, be, ck, name, bias=True, store="full"):
         w = _host(ck[name + ".weight"], ck[name + ".weight"].dtype)
-        self.w = be.weight_int8(w) if int8 else be.weight(w)
+        self.w = be.weight_int8(w) if store == "int8" else be.weight(w, gemv=store == "gemv")
         self.b = be.upload(_host(ck[name + ".bias"])) if bias else None
         self.n_out = ck[name + ".weight"].shape[0]
 
@@ -68,25 +71,26 @@ class _Attention:
     """q/k/v/out projections. The cross-attention's k and v are not here (kv=False): they run
     once per window, all layers in one product (Whisper.cross_kv)."""
 
-    def __init__(self, be, ck, prefix, int8=False, kv=True):
-        self.q = _Linear(be, ck, prefix + ".q_proj", int8=int8)
+    def __init__(self, be, ck, prefix, store, kv=True):
+        self.q = _Linear(be, ck, prefix + ".q_proj", store=store)
         if kv:
-            self.k = _Linear(be, ck, prefix + ".k_proj", bias=False, int8=int8)
-            self.v = _Linear(be, ck, prefix + ".v_proj", int8=int8)
-        self.out = _Linear(be, ck, prefix + ".out_proj", int8=int8)
+            self.k = _Linear(be, ck, prefix + ".k_proj", bias=False, store=store)
+            self.v = _Linear(be, ck, prefix + ".v_proj", store=store)
+        self.out = _Linear(be, ck, prefix + ".out_proj", store=store)
 
 
 class _Block:
-    """One pre-LayerNorm residual block; `cross` adds the decoder's cross-attention."""
+    """One pre-LayerNorm residual block; `cross` adds the decoder's cross-attention; `store`:
+    how its matrices are kept (_Linear)."""
 
-    def __init__(self, be, ck, prefix, cross, int8=False):
+    def __init__(self, be, ck, prefix, cross, store):
         self.attn_ln = _LayerNorm(be, ck, prefix + ".self_attn_layer_norm")
-        self.attn = _Attention(be, ck, prefix + ".self_attn", int8)
+        self.attn = _Attention(be, ck, prefix + ".self_attn", store)
         self.cross_ln = _LayerNorm(be, ck, prefix + ".encoder_attn_layer_norm") if cross else None
-        self.cross = _Attention(be, ck, prefix + ".encoder_attn", int8, kv=False) if cross else None
+        self.cross = _Attention(be, ck, prefix + ".encoder_attn", store, kv=False) if cross else None
         self.mlp_ln = _LayerNorm(be, ck, prefix + ".final_layer_norm")
-        self.fc1 = _Linear(be, ck, prefix + ".fc1", int8=int8)
-        self.fc2 = _Linear(be, ck, prefix + ".fc2", int8=int8)
+        self.fc1 = _Linear(be, ck, prefix + ".fc1", store=store)
+        self.fc2 = _Linear(be, ck, prefix + ".fc2", store=store)
 
 
 class Scratch:
@@ -168,6 +172,10 @@ class BatchState:
 class Whisper:
     """A Whisper model's weights on a backend, with `encode` and `decode`.
 
+    compute_type "float32": the encoder's matrices are f32 for BLAS; the decoder's (and the tied
+    token embedding) stay in the checkpoint's precision where the backend reads it at the point
+    of use (f16: half the bytes of a memory-bound decoder step, the same values).
+
     compute_type "int8" (as CTranslate2's): every linear layer, the window's cross K/V and the
     output projection keep int8 rows with per-row scales. Decoding's one-to-few-row products
     read them instead of f32 (a quarter of the bytes; a decoder step is memory-bound); products
@@ -187,17 +195,17 @@ class Whisper:
         self.conv2_w = be.upload(_host(ck["model.encoder.conv2.weight"]))
         self.conv2_b = be.upload(_host(ck["model.encoder.conv2.bias"]))
         self.enc_pos = be.upload(_host(ck["model.encoder.embed_positions.weight"]))
-        self.enc_blocks = [_Block(be, ck, f"model.encoder.layers.{i}", cross=False, int8=int8)
-                           for i in range(d.n_audio_layer)]
+        self.enc_blocks = [_Block(be, ck, f"model.encoder.layers.{i}", cross=False,
+                                  store="int8" if int8 else "full") for i in range(d.n_audio_layer)]
         self.enc_ln = _LayerNorm(be, ck, "model.encoder.layer_norm")
         emb = ck["model.decoder.embed_tokens.weight"]
         # The token embedding is also the output projection (Whisper ties them); it stays in the
         # checkpoint's precision: at f16 that halves the bytes the last GEMV of every step reads.
-        self.tok_emb = be.upload(_host(emb, emb.dtype))
+        self.tok_emb = be.weight(_host(emb, emb.dtype), gemv=True)
         self.out_proj = be.weight_int8(self.tok_emb) if int8 else self.tok_emb
         self.dec_pos = be.upload(_host(ck["model.decoder.embed_positions.weight"]))
-        self.dec_blocks = [_Block(be, ck, f"model.decoder.layers.{i}", cross=True, int8=int8)
-                           for i in range(d.n_text_layer)]
+        self.dec_blocks = [_Block(be, ck, f"model.decoder.layers.{i}", cross=True,
+                                  store="int8" if int8 else "gemv") for i in range(d.n_text_layer)]
         self.dec_ln = _LayerNorm(be, ck, "model.decoder.layer_norm")
         # Every layer's cross-attention k and v weights stacked, [k0; v0; k1; v1; …]: a window's
         # cross K/V are then one (1500, 2·layers·d) product at BLAS speed instead of 2·layers

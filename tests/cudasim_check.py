@@ -259,6 +259,7 @@ def compile_ptx(signatures_path):
 
     from nwhisper.kernels import _compile, _cuda_fast
     from nwhisper.kernels.spectral import FLOAT64_BODIES
+    from nwhisper.kernels.widen import for_cuda
 
     def numba_type(d):
         if d[0] == "array":
@@ -272,7 +273,7 @@ def compile_ptx(signatures_path):
     for name, sigs in signatures.items():
         for sig in sigs:
             argtypes = (types.int64,) + tuple(numba_type(d) for d in sig)
-            jobs.append((f"{name}{argtypes}", bodies[name], argtypes, True))
+            jobs.append((f"{name}{argtypes}", for_cuda(bodies[name]), argtypes, True))  # as launched
     f32 = types.Array(types.float32, 2, "C")
     vec = types.Array(types.float32, 1, "C")
     for wtype in (types.float32, types.float16):

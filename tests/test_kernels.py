@@ -158,6 +158,15 @@ def test_linear(be, rng, n, i, o, wdtype, with_bias):
     be.launch(linear_elem, o, x, be.weight(w), none,
               none if bias is None else bias, portable, n, i)
     check("linear portable body vs BLAS", portable, out)
+    # gemv=True (the decoder's matrices): f16 stays f16 — on the CPU as uint16 bits that
+    # linear_elem widens (kernels/widen.py) up to GEMV_ROWS rows, widened for BLAS above.
+    compact = be.weight(w, gemv=True)
+    assert compact.dtype == (np.uint16 if wdtype == np.float16 else np.float32)
+    kept = be.empty((n, o))
+    K.linear(be, x, compact, bias, kept)
+    check("linear, gemv weight", kept, want)
+    if wdtype == np.float16 and n <= be.GEMV_ROWS:
+        assert np.array_equal(kept, portable)   # the same body on the same (exact) values
 
 
 @pytest.mark.parametrize("n,i,o", [(1, 8, 3), (2, 64, 96), (1, 384, 1537), (12, 40, 9)])
@@ -354,6 +363,29 @@ def test_embed(be, rng, tdtype):
     out = be.empty((4, 16))
     K.embed(be, be.upload(table), ids, out)
     check("embed", out, table[ids].astype(np.float32), rtol=0)
+    K.embed(be, be.weight(table, gemv=True), ids, out)   # the tied output projection's storage
+    check("embed from a gemv weight", out, table[ids].astype(np.float32), rtol=0)
+
+
+def test_widen_reads_every_float16_exactly():
+    """On the CPU a float16 matrix travels as uint16 bits; widen() must give NumPy's float16 →
+    float32 value for every one of the 65536 patterns (normals, subnormals, ±0, ±inf; NaN stays
+    NaN)."""
+    from numba import njit
+
+    from nwhisper.kernels.widen import widen
+
+    @njit
+    def widen_all(bits, out):
+        for i in range(bits.size):
+            out[i] = widen(bits[i])
+
+    bits = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16)
+    out = np.empty(bits.size, np.float32)
+    widen_all(bits, out)
+    want = bits.view(np.float16).astype(np.float32)
+    same = (out == want) | (np.isnan(out) & np.isnan(want))
+    assert same.all() and np.array_equal(np.signbit(out), np.signbit(want))
 
 
 def test_kv_write(be, rng):

@@ -8,6 +8,7 @@ memory-bound either way.
 import numpy as np
 
 from nwhisper.kernels._compile import kernel
+from nwhisper.kernels.widen import widen
 
 
 @kernel
@@ -53,10 +54,11 @@ def add_rows_elem(i, x, table, start, d):
 
 @kernel
 def embed_elem(i, table, ids, out, d):
-    """out[r, c] = table[ids[r], c], r, c = divmod(i, d); table (V, d) f32/f16, ids (n,) int32."""
+    """out[r, c] = table[ids[r], c], r, c = divmod(i, d); table (V, d) f32/f16 (CPU: f16 as uint16
+    bits, widen.py), ids (n,) int32."""
     r = i // d
     c = i - r * d
-    out[r, c] = table[ids[r], c]
+    out[r, c] = widen(table[ids[r], c])
 
 
 def add(be, a, b, out):

@@ -6,9 +6,9 @@ per item keeps each item's reads one contiguous weight row, which is what lets t
 prefetcher stream a 20 MB vocabulary projection from memory (measured: blocks of four rows per
 item ran 1.5x slower from DRAM).
 
-Weights are f32, f16 (CUDA), or int8 with one f32 scale per output row (`Int8Weight`, the
-`compute_type="int8"` path): a decoder step is memory-bound, and int8 rows are a quarter of the
-bytes of f32 ones.
+Weights are f32, f16 (on the CPU as uint16 bits, widen.py), or int8 with one f32 scale per output
+row (`Int8Weight`, the `compute_type="int8"` path): a decoder step is memory-bound, and f16 rows
+are half the bytes of f32 ones, int8 rows a quarter.
 """
 
 import math
@@ -16,14 +16,15 @@ import math
 import numpy as np
 
 from nwhisper.kernels._compile import kernel
+from nwhisper.kernels.widen import widen
 
 @kernel
 def linear_elem(o, x, w, scale, bias, out, n, n_in):
     """out[r, o] = sum_c x[r, c] * w[o, c] (* scale[o]) (+ bias[o]) for every row r: one item
     per output o, so its weight row is read from memory once for all n rows (beam search's).
 
-    x (n, n_in) f32, w (n_out, n_in) f32/f16/int8, scale and bias (n_out,) f32 or (0,) for none,
-    out (n, n_out) f32.
+    x (n, n_in) f32, w (n_out, n_in) f32/f16/int8 (f16 on the CPU as uint16 bits: widen.py),
+    scale and bias (n_out,) f32 or (0,) for none, out (n, n_out) f32.
     """
     # Read once, before the loops: a branch after the sum made LLVM vectorise it with one
     # accumulator instead of several (measured 2x slower).
@@ -32,7 +33,7 @@ def linear_elem(o, x, w, scale, bias, out, n, n_in):
     for r in range(n):
         acc = np.float32(0.0)
         for c in range(n_in):
-            acc += x[r, c] * np.float32(w[o, c])
+            acc += x[r, c] * widen(w[o, c])
         out[r, o] = acc * s + b
 
 
