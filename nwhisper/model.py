@@ -180,8 +180,9 @@ class Whisper:
     output projection keep int8 rows with per-row scales. Decoding's one-to-few-row products
     read them instead of f32 (a quarter of the bytes; a decoder step is memory-bound); products
     of many rows (the encoder's 1500) run on the CPU's int8 GEMM with the activations quantised
-    per row (kernels/gemm_int8.py), or on the f32 matrices where it does not run. Attention,
-    the convolutions and the normalisations stay f32."""
+    per row (kernels/gemm_int8.py), or on the f32 matrices where it does not run; so do the
+    encoder's attention scores (queries and keys quantised per row). The attention's product
+    with the values, the convolutions and the normalisations stay f32."""
 
     def __init__(self, ck: Checkpoint, be, compute_type="float32"):
         if compute_type not in COMPUTE_TYPES:
@@ -357,7 +358,7 @@ class Whisper:
             k = blk.attn.k(be, h, s.get("k", n, width))
             v = blk.attn.v(be, h, s.get("v", n, width))
             a = s.get("a", n, width)
-            K.attention(be, q, k, v, a, heads, weights=False)
+            K.attention(be, q, k, v, a, heads, weights=False, int8=self.compute_type == "int8")
         else:
             state, i = cache
             pos = state.length

@@ -332,6 +332,29 @@ def test_exp_rows(be, rng):
     assert np.allclose(be.download(total)[:, 0], want.sum(axis=1), rtol=1e-5)
 
 
+@needs_vnni
+@pytest.mark.parametrize("nq,nk,n_head", [(40, 100, 2), (300, 1500, 6)])
+def test_attention_int8_scores(be, rng, nq, nk, n_head):
+    """compute_type="int8", the encoder's attention: the scores are the int8 GEMM of the queries
+    (times 1/√hd) and keys, each quantised per row; the output is exactly softmax of those
+    quantised scores times v (the padding keys of the last 64-column panel score -inf and weigh
+    nothing), and near the float32 attention."""
+    q, k, v = rand(rng, nq, 32 * n_head), rand(rng, nk, 32 * n_head), rand(rng, nk, 32 * n_head)
+    out = be.empty((nq, 32 * n_head))
+    assert K.attention(be, q, k, v, out, n_head, weights=False, int8=True) is None
+    want = np.zeros((nq, 32 * n_head))
+    for h in range(n_head):
+        c = slice(32 * h, 32 * (h + 1))
+        xq, sx = quantized_rows_oracle(q[:, c] * np.float32(1 / math.sqrt(32)))
+        kq, sk = quantize_int8(be, np.ascontiguousarray(k[:, c]))
+        scores = (xq @ kq.astype(np.int64).T) * (sx[:, None].astype(np.float64) * sk[None, :])
+        e = np.exp(scores - scores.max(1, keepdims=True))
+        want[:, c] = (e / e.sum(1, keepdims=True)) @ v[:, c]
+    check("attention with int8 scores vs the same quantisation in float64", out, want, rtol=1e-4)
+    exact, _ = ref_attention(q, k, v, n_head)
+    check("attention with int8 scores vs float attention", out, exact, rtol=5e-2)
+
+
 def test_attention_over_a_cache_prefix(be, rng):
     """The decoder passes kcache[:L] of a fixed-capacity cache; scratch shrinks and grows."""
     d, cap = 32, 16

@@ -26,7 +26,9 @@ import math
 
 import numpy as np
 
+from nwhisper.kernels import gemm_int8
 from nwhisper.kernels._compile import kernel
+from nwhisper.kernels.matmul import quantize_int8
 from nwhisper.kernels.reduce import exp_rows
 
 @kernel
@@ -72,7 +74,7 @@ def attn_values_elem(i, p, v, out, nq, nk, width, hd, causal, q_offset):
 FEW_QUERIES = 8
 
 
-def attention(be, q, k, v, out, n_head, causal=False, q_offset=0, weights=True):
+def attention(be, q, k, v, out, n_head, causal=False, q_offset=0, weights=True, int8=False):
     """out = softmax(q k^T / sqrt(hd) [causal mask]) v per head.
 
     q (nq, H*hd), k and v (nk, H*hd), out (nq, H*hd) f32, all row-contiguous (a KV cache is passed
@@ -80,6 +82,9 @@ def attention(be, q, k, v, out, n_head, causal=False, q_offset=0, weights=True):
     cross-attention's. weights=True returns the probabilities p (H, nq, nk) f32: a view of the
     backend's scratch, valid until the next attention call on that backend; weights=False
     returns None and lets the CPU skip storing them (the encoder's would be 54 MB per layer).
+    int8=True (compute_type "int8"; the encoder): where the CPU's int8 GEMM runs, the scores of
+    many queries are an int8 product (queries and keys quantised per row, as SageAttention does;
+    the probabilities' product with the values stays f32).
     """
     nq, nk = q.shape[0], k.shape[k.ndim - 2]  # (nk, width) or head-major (H, nk, hd)
     keep = weights or be.name != "cpu" or nq <= FEW_QUERIES
@@ -87,7 +92,8 @@ def attention(be, q, k, v, out, n_head, causal=False, q_offset=0, weights=True):
     if be.name != "cpu":
         attention_portable(be, q, k, v, out, p, causal, q_offset)
     else:
-        attention_blas(be, q, k, v, out, n_head, p, causal, q_offset)
+        attention_blas(be, q, k, v, out, n_head, p, causal, q_offset,
+                       int8 and p is None and not causal and gemm_int8.available())
     return p if weights else None
 
 
@@ -101,14 +107,15 @@ def attention_portable(be, q, k, v, out, p, causal, q_offset):
     be.launch(attn_values_elem, nq * width, p, v, out, nq, nk, width, hd, causal, q_offset)
 
 
-def attention_blas(be, q, k, v, out, n_head, p, causal, q_offset):
+def attention_blas(be, q, k, v, out, n_head, p, causal, q_offset, int8=False):
     """CPU: per head s = q·kᵀ and out = softmax(s)·v on BLAS (NumPy arrays only); k and v
     (nk, H*hd), or head-major (H, nk, hd).
 
     A few queries: the scores of every head go to p (H, nq, nk) in one batched product, one
     exp_rows launch, then the values in one batched product. Many: head by head, exp_rows between the
     products; with p the normalised probabilities are kept there, with p None one (nq, nk) buffer
-    serves every head."""
+    serves every head. int8 (p None, not causal): each head's scores on the int8 GEMM, into a
+    buffer as wide as its 64-column panels, whose padding columns score -inf (bias)."""
     nq, nk = q.shape[0], k.shape[k.ndim - 2]  # (nk, width) or head-major (H, nk, hd)
     hd = q.shape[1] // n_head
     head_major = k.ndim == 3
@@ -128,18 +135,28 @@ def attention_blas(be, q, k, v, out, n_head, p, causal, q_offset):
         p /= total.reshape(n_head, nq, 1)
         out.reshape(nq, n_head, hd)[:] = np.matmul(p, vh).transpose(1, 0, 2)
         return
-    buf = np.empty((nq, nk), np.float32) if p is None else None
+    if int8:
+        wide = -(-nk // gemm_int8.COLS) * gemm_int8.COLS
+        keys = np.zeros((wide, hd), np.float32)
+        pad = np.zeros((wide,), np.float32)
+        pad[nk:] = -np.inf
+    buf = np.empty((nq, wide if int8 else nk), np.float32) if p is None else None
     total = np.empty((nq, 1), np.float32)
     for h in range(n_head):
         cols = slice(h * hd, (h + 1) * hd)
         s = buf if p is None else p[h]
-        np.matmul(q[:, cols] * scale, (k[h] if head_major else k[:, cols]).T, out=s)
+        if int8:
+            keys[:nk] = k[h] if head_major else k[:, cols]
+            gemm_int8.gemm(q[:, cols] * scale, gemm_int8.PackedInt8(*quantize_int8(be, keys)),
+                           pad, s, be.scratch)
+        else:
+            np.matmul(q[:, cols] * scale, (k[h] if head_major else k[:, cols]).T, out=s)
         if masked is not None:
             s[masked] = -np.inf
         exp_rows(be, s, total)
         vh = v[h] if head_major else v[:, cols]
         if p is None:
-            np.matmul(s, vh, out=out[:, cols])
+            np.matmul(s[:, :nk], vh, out=out[:, cols])
             out[:, cols] /= total
         else:
             s /= total
