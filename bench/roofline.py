@@ -39,8 +39,8 @@ a float32 checkpoint; compute_type "int8": 1 byte a weight + a 4-byte scale a ro
     weights     per layer: self-attention q, k, v, out + cross-attention q, out + fc1 + fc2
                 = 14·d² weights, with their biases and LayerNorms
     out proj    the tied output projection, n_vocab × d
-    cross K/V   the window's cross-attention keys and values, 2 · 1500 · d float32 per layer,
-                read whole every step
+    cross K/V   the window's cross-attention keys and values, 2 · 1500 · d per layer (float32;
+                int8: int8 with a float32 scale per key and head), read whole every step
     KV cache    the self-attention keys and values so far, 2 · position · d float32 per layer
 bound ms = bytes / read bandwidth; ratio = measured / bound. Timed: a prompt of position − 16
 tokens in one call, then 32 one-token steps (positions around --position), their median.
@@ -114,10 +114,12 @@ def encoder_products(name, d):
 
 
 def _read_bytes(w):
-    """Bytes a few-row product reads of weight `w`: the int8 rows and scales of an Int8Weight (its
-    other forms are for many-row GEMMs), else the array itself (float16 bits or float32)."""
+    """Bytes a few-row product reads of `w`: the int8 rows and scales of an Int8Weight (its other
+    forms are for many-row GEMMs) or of Int8Heads (int8 cross K/V), else the array itself
+    (float16 bits or float32)."""
     from nwhisper.kernels.matmul import Int8Weight
-    return w.q.nbytes + w.scale.nbytes if isinstance(w, Int8Weight) else w.nbytes
+    Int8Heads = sys.modules["nwhisper.kernels.attention"].Int8Heads
+    return w.q.nbytes + w.scale.nbytes if isinstance(w, (Int8Weight, Int8Heads)) else w.nbytes
 
 
 def decoder_bytes(model, state, position):
@@ -129,7 +131,7 @@ def decoder_bytes(model, state, position):
         for lin in (blk.attn.q, blk.attn.k, blk.attn.v, blk.attn.out, blk.cross.q, blk.cross.out,
                     blk.fc1, blk.fc2):
             weights += _read_bytes(lin.w) + (lin.b.nbytes if lin.b is not None else 0)
-    cross = sum(k.nbytes + v.nbytes for k, v in zip(state.cross_k, state.cross_v))
+    cross = sum(_read_bytes(k) + _read_bytes(v) for k, v in zip(state.cross_k, state.cross_v))
     cache = sum(k[:position].nbytes + v[:position].nbytes for k, v in zip(state.self_k, state.self_v))
     return {"weights": weights, "out proj": _read_bytes(model.out_proj), "cross K/V": cross,
             "KV cache": cache}

@@ -134,6 +134,16 @@ def attention(be, q, k, v, n_head, causal, q_offset):
     return [be.download(out), be.download(p)]
 
 
+def attention_int8_kv(be, q, k, v, n_head):
+    """compute_type="int8"'s cross-attention: keys and values as Int8Heads (quantised per key)."""
+    from nwhisper.kernels.attention import heads_int8
+    kh, vh = heads_int8(be, be.upload(k), n_head), heads_int8(be, be.upload(v), n_head)
+    out = be.empty(q.shape)
+    p = K.attention(be, be.upload(q), kh, vh, out, n_head)
+    return [be.download(out), be.download(p), be.download(kh.q).astype(np.float32),
+            be.download(kh.scale)]
+
+
 def exp_rows(be, x):
     """The CPU encoder's exponential (reduce.exp_row), whose bit-built 2^n must mean the same
     on both targets."""
@@ -196,6 +206,7 @@ CASES = [
     ("log_mel", log_mel, (rand(5 * 4 + 16).astype(np.float64), 8, 5)),
     ("silero_vad", silero_vad, (rand(2, 2, 512) * 0.1,)),
     ("attention_decode", attention, (rand(1, 16), rand(8, 16), rand(8, 16), 4, True, 7)),
+    ("attention_int8_kv", attention_int8_kv, (rand(2, 16), rand(9, 16), rand(9, 16), 4)),
 ]
 
 

@@ -355,6 +355,37 @@ def test_attention_int8_scores(be, rng, nq, nk, n_head):
     check("attention with int8 scores vs float attention", out, exact, rtol=5e-2)
 
 
+@pytest.mark.parametrize("nq,nk,n_head", [(1, 1500, 8), (5, 37, 2)])
+@pytest.mark.parametrize("weights", [False, True])
+def test_attention_over_int8_heads(be, rng, nq, nk, n_head, weights):
+    """compute_type="int8"'s cross-attention: keys and values quantised per key and head
+    (Int8Heads, scale = max|row| · (1/127), q = round half up of row · (1/scale)); the output is the
+    attention over
+    the dequantised K/V (to float32 rounding), the probabilities too when asked for, and near
+    the float attention."""
+    attn = sys.modules["nwhisper.kernels.attention"]
+    d = 64 * n_head
+    q, k, v = rand(rng, nq, d), rand(rng, nk, d), rand(rng, nk, d)
+    k[3] = 0.0                                   # a zero row: scale 1
+    kh, vh = attn.heads_int8(be, k, n_head), attn.heads_int8(be, v, n_head)
+    for x, h in ((k, kh), (v, vh)):
+        rows = x.reshape(nk, n_head, 64).transpose(1, 0, 2)
+        top = np.abs(rows).max(axis=2)
+        assert np.array_equal(h.scale, np.where(top > 0, top * np.float32(1 / 127), 1).astype(np.float32))
+        inv = np.float32(1) / h.scale[..., None]
+        assert np.array_equal(h.q, np.floor(np.clip(rows * inv, -127, 127) + np.float32(0.5)))
+    deq = [(h.q * h.scale[..., None]).transpose(1, 0, 2).reshape(nk, d) for h in (kh, vh)]
+    out = be.empty((nq, d))
+    p = K.attention(be, q, kh, vh, out, n_head, weights=weights)
+    want, probs = ref_attention(q, deq[0], deq[1], n_head)
+    check("attention over Int8Heads vs dequantised K/V", out, want)
+    if weights:
+        check("its probabilities", p, probs)
+    else:
+        assert p is None
+    check("attention over Int8Heads vs float K/V", out, ref_attention(q, k, v, n_head)[0], rtol=3e-2)
+
+
 def test_attention_over_a_cache_prefix(be, rng):
     """The decoder passes kcache[:L] of a fixed-capacity cache; scratch shrinks and grows."""
     d, cap = 32, 16

@@ -69,6 +69,114 @@ def attn_values_elem(i, p, v, out, nq, nk, width, hd, causal, q_offset):
     out[qi, col] = acc
 
 
+class Int8Heads:
+    """Keys or values that a window's decoding attends to, as int8 (H, nk, hd) with one f32
+    scale per key and head (H, nk) (compute_type "int8": every decoder step reads the
+    cross-attention's K/V whole, 6 MB a layer in f32 on base; int8 is a quarter)."""
+
+    def __init__(self, q, scale):
+        self.q, self.scale = q, scale
+        self.shape, self.ndim = q.shape, 3     # read like a head-major array
+
+
+@kernel
+def heads_int8_row(r, x, q, scale, n, hd):
+    """Row r = h*n + j of Int8Heads from x (n, H*hd) f32: q[h, j, :] = round(x[j, h*hd:(h+1)*hd]
+    · (1 / scale[h, j])), halves up; scale = max|row| · (1/127) (1 for a zero row)."""
+    h = r // n
+    j = r - h * n
+    row = x[j, h * hd:(h + 1) * hd]       # row views: see attn_scores_int8_row
+    dst = q[h, j]
+    top = np.float32(0.0)
+    for c in range(hd):
+        v = abs(row[c])
+        top = v if v > top else top
+    # Products with reciprocals, written out: the CPU's fastmath would make them of the
+    # divisions anyway, and so both targets round alike.
+    s = top * np.float32(1.0 / 127.0) if top > np.float32(0.0) else np.float32(1.0)
+    scale[h, j] = s
+    inv = np.float32(1.0) / s
+    for c in range(hd):
+        t = min(max(row[c] * inv, np.float32(-127.0)), np.float32(127.0)) + np.float32(0.5)
+        i = np.int32(t)                   # floor(t), halves up: truncation, corrected below
+        i -= np.int32(np.float32(i) > t)  # zero (math.floor is a libm call per element)
+        dst[c] = np.int8(i)
+
+
+def heads_int8(be, x, n_head):
+    """Int8Heads of keys or values x (n, H*hd) on the backend."""
+    n, width = x.shape
+    q = be.empty((n_head, n, width // n_head), np.int8)
+    scale = be.empty((n_head, n), np.float32)
+    be.launch(heads_int8_row, n_head * n, x, q, scale, n, width // n_head, work=2 * x.size)
+    return Int8Heads(q, scale)
+
+
+@kernel
+def attn_scores_int8_row(r, q, kq, ks, s, nq, nk, hd, scale):
+    """s[h, qi, j] = scale · ks[h, j] · q[qi, h*hd:(h+1)*hd] . kq[h, j, :] for every key j,
+    r = h*nq + qi; q (nq, H*hd) f32, kq (H, nk, hd) int8, ks (H, nk) f32, s (H, nq, nk) f32."""
+    h = r // nq
+    qi = r - h * nq
+    # Row views first: indexes computed from r might be negative as far as the compiler knows,
+    # and NumPy's wraparound on them turned the inner loops into gathers (8x slower).
+    qh = q[qi, h * hd:(h + 1) * hd]
+    out = s[h, qi]
+    for j in range(nk):
+        key = kq[h, j]
+        acc = np.float32(0.0)
+        for c in range(hd):
+            acc += qh[c] * np.float32(key[c])
+        out[j] = acc * ks[h, j] * scale
+
+
+@kernel
+def attn_values_int8_row(r, p, total, vq, vs, out, nq, nk, hd):
+    """out[qi, h*hd:(h+1)*hd] = Σ_j p[h, qi, j] · vs[h, j] · vq[h, j, :] / total[r], r = h*nq + qi;
+    p (H, nq, nk) exp'd scores and total (H*nq,) their row sums, vq (H, nk, hd) int8, vs (H, nk)
+    f32, out (nq, H*hd) f32."""
+    h = r // nq
+    qi = r - h * nq
+    o = out[qi, h * hd:(h + 1) * hd]      # row views: see attn_scores_int8_row
+    ph = p[h, qi]
+    scale = vs[h]
+    for c in range(hd):
+        o[c] = np.float32(0.0)
+    for j in range(nk):
+        w = ph[j] * scale[j]
+        value = vq[h, j]
+        for c in range(hd):
+            o[c] += w * np.float32(value[c])
+    inv = np.float32(1.0) / total[r]
+    for c in range(hd):
+        o[c] *= inv
+
+
+@kernel
+def divide_rows_elem(i, x, total, n):
+    """x[r, c] /= total[r], r, c = divmod(i, n); x (rows, n) f32."""
+    r = i // n
+    x[r, i - r * n] /= total[r]
+
+
+def attention_int8_kv(be, q, k, v, out, p, weights):
+    """Few queries over Int8Heads k and v (not causal: the cross-attention): the scores, exp_rows,
+    the values, each one launch of one item per (head, query); p (H, nq, nk) holds the exp'd
+    scores, normalised when `weights`."""
+    n_head, nq, nk = p.shape
+    hd = q.shape[1] // n_head
+    work = n_head * nq * nk * hd // 64   # vectorised; one query runs serially
+    be.launch(attn_scores_int8_row, n_head * nq, q, k.q, k.scale, p, nq, nk, hd,
+              np.float32(1.0 / math.sqrt(hd)), work=work)
+    rows = p.reshape(n_head * nq, nk)
+    total = be.scratch("attention.total", (n_head * nq, 1))
+    exp_rows(be, rows, total)
+    be.launch(attn_values_int8_row, n_head * nq, p, total.reshape(-1), v.q, v.scale, out, nq, nk,
+              hd, work=work)
+    if weights:
+        be.launch(divide_rows_elem, rows.size, rows, total.reshape(-1), nk)
+
+
 # Up to this many queries the CPU's softmax is one launch over every head (a decoder step);
 # above, one per head while its scores are in cache.
 FEW_QUERIES = 8
@@ -79,7 +187,7 @@ def attention(be, q, k, v, out, n_head, causal=False, q_offset=0, weights=True, 
 
     q (nq, H*hd), k and v (nk, H*hd), out (nq, H*hd) f32, all row-contiguous (a KV cache is passed
     as kcache[:L]); on the CPU k and v may also be head-major (H, nk, hd), as be.heads makes the
-    cross-attention's. weights=True returns the probabilities p (H, nq, nk) f32: a view of the
+    cross-attention's; or Int8Heads (heads_int8; not causal) on either backend. weights=True returns the probabilities p (H, nq, nk) f32: a view of the
     backend's scratch, valid until the next attention call on that backend; weights=False
     returns None and lets the CPU skip storing them (the encoder's would be 54 MB per layer).
     int8=True (compute_type "int8"; the encoder): where the CPU's int8 GEMM runs, the scores of
@@ -87,9 +195,11 @@ def attention(be, q, k, v, out, n_head, causal=False, q_offset=0, weights=True, 
     the probabilities' product with the values stays f32).
     """
     nq, nk = q.shape[0], k.shape[k.ndim - 2]  # (nk, width) or head-major (H, nk, hd)
-    keep = weights or be.name != "cpu" or nq <= FEW_QUERIES
+    keep = weights or be.name != "cpu" or nq <= FEW_QUERIES or isinstance(k, Int8Heads)
     p = be.scratch("attention.p", (n_head, nq, nk)) if keep else None
-    if be.name != "cpu":
+    if isinstance(k, Int8Heads):
+        attention_int8_kv(be, q, k, v, out, p, weights)
+    elif be.name != "cpu":
         attention_portable(be, q, k, v, out, p, causal, q_offset)
     else:
         attention_blas(be, q, k, v, out, n_head, p, causal, q_offset,
