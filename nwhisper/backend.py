@@ -72,9 +72,14 @@ class Backend:
     # for all rows); above, the full matrix's GEMM.
     GEMV_ROWS = 8
 
-    def weight_int8(self, a):
+    def weight_int8(self, a, quantized_rows=True):
         """A matrix for gemm as int8 rows with per-row scales (kernels.matmul.Int8Weight); the
-        full-precision matrix (`a` prepared by weight()) stays beside it for GEMMs of many rows."""
+        full-precision matrix (`a` prepared by weight()) stays beside it for GEMMs of many rows.
+
+        quantized_rows=False: the activations multiplied by this matrix must not be quantised
+        (the CPU's int8 GEMM does so per row). The decoder's: its hidden states carry a few
+        outlier features whose row scale crushes the rest — measured, tiny.en's prompts through
+        the int8 GEMM lost a whole window of the 63 s clip."""
         full = self.weight(a)
         return Int8Weight(*quantize_int8(self, full), full)
 
@@ -141,28 +146,29 @@ class CpuBackend(Backend):
             a = a.view(np.float16)
         return np.require(a, np.float32, ("C", "A"))
 
-    def weight_int8(self, a):
-        """As Backend.weight_int8; where the int8 GEMM runs (gemm_int8.available) the rows are
-        also packed for it and the full-precision matrix is dropped: no product needs it."""
+    def weight_int8(self, a, quantized_rows=True):
+        """As Backend.weight_int8, without the full-precision matrix: every product reads the
+        int8 rows. Many rows run on the int8 GEMM where it runs (gemm_int8.available, the rows
+        packed for it here), else on linear_elem with float activations, as do all products of
+        a matrix with quantized_rows=False (a decoder's prompt: at BLAS's speed, measured)."""
         w = super().weight_int8(a)
-        if gemm_int8.available() and w.shape[0] % gemm_int8.COLS == 0:
-            w.packed, w.full = gemm_int8.PackedInt8(w.q, w.scale), None
+        w.full = None
+        if quantized_rows and gemm_int8.available() and w.shape[0] % gemm_int8.COLS == 0:
+            w.packed = gemm_int8.PackedInt8(w.q, w.scale)
         return w
 
     def gemm(self, x, w, out, bias=None):
         """out[n, o] = x[n, i] @ w[o, i].T (+ bias[o]); x, out f32 2-D; w from weight() or
         weight_int8(). f32 on BLAS (it matches or beats linear_elem from one row up,
-        bench/kernels.py); f16 bits and int8 on linear_elem up to GEMV_ROWS rows; above, f16
-        widened for BLAS, int8 on the int8 GEMM (activations quantised per row) or, without
-        one, on the full matrix."""
+        bench/kernels.py); f16 bits on linear_elem up to GEMV_ROWS rows, above widened for BLAS;
+        int8 on linear_elem, or above GEMV_ROWS rows on the int8 GEMM (activations quantised
+        per row) when the weight was packed for it."""
         if isinstance(w, Int8Weight):
-            if x.shape[0] <= self.GEMV_ROWS:
-                self._linear_body(x, w, out, bias)
-                return
-            if w.packed is not None:
+            if x.shape[0] > self.GEMV_ROWS and w.packed is not None:
                 gemm_int8.gemm(x, w.packed, bias, out, self.scratch)
-                return
-            w = w.full
+            else:
+                self._linear_body(x, w, out, bias)
+            return
         elif w.dtype == np.uint16:    # f16 bits (weight(gemv=True))
             if x.shape[0] <= self.GEMV_ROWS:
                 self._linear_body(x, w, out, bias)

@@ -45,11 +45,16 @@ class _Linear:
 
     store: how W is kept — "full" (f32, for products of many rows: the encoder), "gemv" (the
     checkpoint's f16 kept where the backend reads it at the point of use: decoding's few-row
-    products, memory-bound), "int8" (int8 rows with per-row scales, kernels.matmul.Int8Weight)."""
+    products, memory-bound), "int8" (int8 rows with per-row scales, kernels.matmul.Int8Weight:
+    the encoder's, whose activations the CPU's int8 GEMM may quantise per row) or "int8-gemv"
+    (the decoder's: its activations are never quantised, backend.weight_int8 says why)."""
 
     def __init__(self, be, ck, name, bias=True, store="full"):
         w = _host(ck[name + ".weight"], ck[name + ".weight"].dtype)
-        self.w = be.weight_int8(w) if store == "int8" else be.weight(w, gemv=store == "gemv")
+        if store.startswith("int8"):
+            self.w = be.weight_int8(w, quantized_rows=store == "int8")
+        else:
+            self.w = be.weight(w, gemv=store == "gemv")
         self.b = be.upload(_host(ck[name + ".bias"])) if bias else None
         self.n_out = ck[name + ".weight"].shape[0]
 
@@ -178,12 +183,13 @@ class Whisper:
     of use (f16: half the bytes of a memory-bound decoder step, the same values).
 
     compute_type "int8" (as CTranslate2's): every linear layer, the window's cross K/V and the
-    output projection keep int8 rows with per-row scales. Decoding's one-to-few-row products
-    read them instead of f32 (a quarter of the bytes; a decoder step is memory-bound); products
-    of many rows (the encoder's 1500) run on the CPU's int8 GEMM with the activations quantised
-    per row (kernels/gemm_int8.py), or on the f32 matrices where it does not run; so do the
-    encoder's attention scores (queries and keys quantised per row). The attention's product
-    with the values, the convolutions and the normalisations stay f32."""
+    output projection keep int8 rows with per-row scales. The decoder reads them with float
+    activations, a step's rows and a prompt's alike (a quarter of the bytes of f32; its hidden
+    states are never quantised: backend.weight_int8 says why). The encoder's products of 1500
+    rows, and its attention scores, run on the CPU's int8 GEMM with the activations quantised
+    per row (kernels/gemm_int8.py), or on f32 where it does not run. The cross-attention K/V
+    are int8 per key (kernels.attention.Int8Heads). The attention's product with the values
+    in the encoder, the convolutions and the normalisations stay f32."""
 
     def __init__(self, ck: Checkpoint, be, compute_type="float32"):
         if compute_type not in COMPUTE_TYPES:
@@ -204,10 +210,10 @@ class Whisper:
         # The token embedding is also the output projection (Whisper ties them); it stays in the
         # checkpoint's precision: at f16 that halves the bytes the last GEMV of every step reads.
         self.tok_emb = be.weight(_host(emb, emb.dtype), gemv=True)
-        self.out_proj = be.weight_int8(self.tok_emb) if int8 else self.tok_emb
+        self.out_proj = be.weight_int8(self.tok_emb, quantized_rows=False) if int8 else self.tok_emb
         self.dec_pos = be.upload(_host(ck["model.decoder.embed_positions.weight"]))
         self.dec_blocks = [_Block(be, ck, f"model.decoder.layers.{i}", cross=True,
-                                  store="int8" if int8 else "gemv") for i in range(d.n_text_layer)]
+                                  store="int8-gemv" if int8 else "gemv") for i in range(d.n_text_layer)]
         self.dec_ln = _LayerNorm(be, ck, "model.decoder.layer_norm")
         # Every layer's cross-attention k and v weights stacked, [k0; v0; k1; v1; …]: a window's
         # cross K/V are then one (1500, 2·layers·d) product at BLAS speed instead of 2·layers

@@ -181,7 +181,9 @@ def test_linear_int8(be, rng, n, i, o):
     assert np.all(np.abs(q * scale[:, None] - w) <= scale[:, None] * (0.5 + 1e-5))  # f32 division
     out = be.empty((n, o))
     K.linear(be, x, be.weight_int8(w), bias, out)
-    full = w if n > be.GEMV_ROWS else q.astype(np.float64) * scale[:, None]
+    # o is never a multiple of 64 here: no int8 GEMM, float activations on linear_elem (CPU; the
+    # CUDA backend's full matrix above GEMV_ROWS rows)
+    full = w if n > be.GEMV_ROWS and be.name != "cpu" else q.astype(np.float64) * scale[:, None]
     check("linear int8", out, x.astype(np.float64) @ full.T + bias)
 
 
@@ -228,9 +230,10 @@ def test_gemm_int8(rng, m, k, n, with_bias):
 
 @needs_vnni
 def test_int8_weights_use_the_int8_gemm_for_many_rows(be, rng):
-    """be.gemm on an int8 weight: up to GEMV_ROWS rows linear_elem (float activations), above
-    the int8 GEMM (packed rows; the full-precision copy is dropped); widths that are not a
-    multiple of 64 keep the full matrix."""
+    """be.gemm on an int8 weight (CPU, no full-precision copy kept): up to GEMV_ROWS rows
+    linear_elem (float activations), above the int8 GEMM (packed rows); a width that is not a
+    multiple of 64, or a weight whose activations must not be quantised (the decoder's),
+    linear_elem for any number of rows."""
     w = be.weight_int8(rand(rng, 128, 96))
     assert w.packed is not None and w.full is None
     x = rand(rng, 12, 96)
@@ -238,10 +241,15 @@ def test_int8_weights_use_the_int8_gemm_for_many_rows(be, rng):
     K.linear(be, x, w, None, out)
     gemm_int8.gemm(x, w.packed, None, direct, be.scratch)
     assert np.array_equal(out, direct)
-    odd = be.weight_int8(rand(rng, 100, 96))
-    assert odd.packed is None and odd.full is not None
+    none = np.zeros(0, np.float32)
+    for odd in (be.weight_int8(rand(rng, 100, 96)), be.weight_int8(rand(rng, 128, 96), quantized_rows=False)):
+        assert odd.packed is None and odd.full is None
+        got, body = np.empty((12, odd.shape[0]), np.float32), np.empty((12, odd.shape[0]), np.float32)
+        K.linear(be, x, odd, None, got)
+        be.launch(linear_elem, odd.shape[0], x, odd.q, odd.scale, none, body, 12, 96)
+        assert np.array_equal(got, body)
     with pytest.raises(ValueError, match="multiple of 64"):
-        gemm_int8.PackedInt8(odd.q, odd.scale)
+        gemm_int8.PackedInt8(odd.q[:100], odd.scale[:100])
 
 
 def test_linear_into_row_slices(be, rng):
