@@ -27,7 +27,7 @@ Systems are interleaved inside each round (their order rotates) and rounds repea
 give medians over rounds. A round 0 that is not recorded warms the OS page cache and Numba's
 on-disk kernel cache first.
 
-Systems: nwhisper (float32, the reference), nwhisper-int8 (compute_type="int8": int8 decoder weights),
+Systems: nwhisper (float32, the reference), nwhisper-int8 (compute_type="int8": int8 weights),
 fw-f32, fw-int8 (faster-whisper), whisper.cpp, openai, transformers. Every ratio in a table is
 against nwhisper float32, nwhisper int8's included, so any two columns compare through their
 ratios; a line under each table puts the int8 decoders side by side (fw int8 / nwhisper int8).
