@@ -14,9 +14,11 @@ per work item; f16 weights stay f16 on the device and are widened where they are
 NUMBA_ENABLE_CUDASIM=1 (set before numba is imported) it runs on Numba's CUDA simulator.
 """
 
+import ctypes
 import importlib.util
 import math
 import os
+import sys
 
 import numpy as np
 
@@ -151,8 +153,7 @@ class CpuBackend(Backend):
         int8 rows. Many rows run on the int8 GEMM where it runs (gemm_int8.available, the rows
         packed for it here), else on linear_elem with float activations, as do all products of
         a matrix with quantized_rows=False (a decoder's prompt: at BLAS's speed, measured)."""
-        w = super().weight_int8(a)
-        w.full = None
+        w = Int8Weight(*quantize_int8(self, self.weight(a, gemv=True)), None)  # from f16 bits
         if quantized_rows and gemm_int8.available() and w.shape[0] % gemm_int8.COLS == 0:
             w.packed = gemm_int8.PackedInt8(w.q, w.scale)
         return w
@@ -311,11 +312,30 @@ class CudaBackend(Backend):
         self._cuda.synchronize()
 
 
+def _simulated():
+    return os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0")
+
+
+def _driver_loads():
+    """Whether the CUDA driver library loads, searched for as Numba's driver will (dlopen;
+    Linux's name for it — elsewhere Numba is left to find it)."""
+    if not sys.platform.startswith("linux"):
+        return True
+    try:
+        ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return False
+    return True
+
+
 def cuda_unusable():
     """Why the CUDA backend cannot run here (a sentence), or None when it can."""
     if importlib.util.find_spec("numba_cuda") is None:
         return ("numba-cuda is not installed (Numba's CUDA target lives in that package): "
                 "pip install 'nwhisper[cuda]'")
+    if not _simulated() and not _driver_loads():
+        # Asked before importing numba.cuda, which costs ~0.15 s of every CPU-only command.
+        return "no NVIDIA driver: libcuda.so.1 cannot be loaded"
     try:
         from numba import config, cuda
     except ImportError as e:

@@ -57,14 +57,15 @@ def quantize_row(o, w, q, scale):
     all-zero row): symmetric per-row int8. w (n_out, n_in) f32/f16, q int8, scale f32."""
     top = np.float32(0.0)
     for c in range(w.shape[1]):
-        v = abs(np.float32(w[o, c]))
+        v = abs(widen(w[o, c]))
         top = v if v > top else top
     s = top / np.float32(127.0) if top > np.float32(0.0) else np.float32(1.0)
     scale[o] = s
     for c in range(w.shape[1]):
-        v = np.float32(w[o, c]) / s
-        v = min(max(v, np.float32(-127.0)), np.float32(127.0))
-        q[o, c] = np.int8(math.floor(v + np.float32(0.5)))  # to nearest, halves up
+        t = min(max(widen(w[o, c]) / s, np.float32(-127.0)), np.float32(127.0)) + np.float32(0.5)
+        i = np.int32(t)                   # floor(t), halves up: truncation, corrected below
+        i -= np.int32(np.float32(i) > t)  # zero (math.floor is a libm call per element)
+        q[o, c] = np.int8(i)
 
 
 def quantize_int8(be, w):
