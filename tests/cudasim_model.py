@@ -36,11 +36,17 @@ def main(kind):
         decoder = GreedyDecoder(model, tok, ck)
         # Few steps: the simulator runs one Python thread per CUDA thread (minutes per dozen steps)
         plain = decoder.decode(enc, DecodingOptions(max_tokens=4))
+        # compute_type="int8" end to end: int8 weights, Int8Heads cross K/V (the CPU's encoder
+        # may run on its int8 GEMM, so only that it runs is compared, not its tokens)
+        int8 = Whisper(ck, be, compute_type="int8")
+        quantized = GreedyDecoder(int8, tok, ck).decode(int8.encode(mel), DecodingOptions(max_tokens=2))
         print("REPORT " + json.dumps({
             "backend": be.name,
             "states": be.download(enc).ravel().tolist(),
             "tokens": plain.tokens,
             "no_speech_prob": plain.no_speech_prob,
+            "int8_tokens": quantized.tokens,
+            "int8_no_speech_prob": quantized.no_speech_prob,
         }))
 
 

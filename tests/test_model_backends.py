@@ -37,3 +37,5 @@ def test_random_whisper_same_on_cpu_and_cuda_simulator():
     assert diff <= 1e-4 * max(1.0, np.abs(a).max()), f"encoder states max |Δ| {diff:.3g}"
     assert cpu["tokens"] and cpu["tokens"] == sim["tokens"]
     assert abs(cpu["no_speech_prob"] - sim["no_speech_prob"]) < 1e-5
+    for r in (cpu, sim):      # int8 runs on both targets
+        assert r["int8_tokens"] and 0 <= r["int8_no_speech_prob"] <= 1
