@@ -71,7 +71,8 @@ class Backend:
         return buf[:size].reshape(shape)
 
     # Up to this many rows an int8 weight runs linear_elem (a GEMV streaming the int8 rows once
-    # for all rows); above, the full matrix's GEMM.
+    # for all rows); above, a GEMM: the CPU's int8 GEMM when the weight was packed for it, the
+    # full matrix's on CUDA.
     GEMV_ROWS = 8
 
     def weight_int8(self, a, quantized_rows=True):
@@ -170,7 +171,7 @@ class CpuBackend(Backend):
             else:
                 self._linear_body(x, w, out, bias)
             return
-        elif w.dtype == np.uint16:    # f16 bits (weight(gemv=True))
+        if w.dtype == np.uint16:    # f16 bits (weight(gemv=True))
             if x.shape[0] <= self.GEMV_ROWS:
                 self._linear_body(x, w, out, bias)
                 return
