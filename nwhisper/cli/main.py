@@ -11,6 +11,7 @@ import click
 
 from ..io.checkpoint import CheckpointError
 from ..io.registry import DEFAULT_MODEL
+from .options import compute_type_option
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -124,9 +125,7 @@ class _Progress:
 @click.option("-o", "--output-dir", default=".", show_default=True, type=click.Path(file_okay=False),
               help="where -f writes its files")
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
-@click.option("--compute-type", type=click.Choice(["float32", "int8"]), default="float32", show_default=True,
-              help="int8: the decoder reads int8 weights with per-row scales (CPU: faster decoding, "
-                   "transcripts checked against float32's; the encoder stays float32)")
+@compute_type_option
 def transcribe(args, lang, task, max_tokens, timestamps, nospeech, beam, best_of, temperature,
                word_timestamps, hallucination_s, vad, no_condition, prompt, fmt, output_dir, device,
                compute_type):

@@ -7,6 +7,7 @@ import sys
 import click
 
 from ..io.registry import DEFAULT_MODEL
+from .options import compute_type_option
 
 
 def parse_addr(addr):
@@ -32,9 +33,7 @@ def parse_addr(addr):
 @click.option("--max", "max_tokens", type=click.IntRange(1, 448), default=224, show_default=True,
               help="stop after N tokens per 30 s window")
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
-@click.option("--compute-type", type=click.Choice(["float32", "int8"]), default="float32", show_default=True,
-              help="int8: the decoder reads int8 weights with per-row scales (CPU: faster decoding, "
-                   "transcripts checked against float32's; the encoder stays float32)")
+@compute_type_option
 @click.option("--tls", is_flag=True, help="https/wss with a self-signed ECDSA P-256 certificate (minted once, kept in --tls-dir)")
 @click.option("--cert", type=click.Path(exists=True, dir_okay=False), help="certificate PEM (with --key): https with your own certificate")
 @click.option("--key", type=click.Path(exists=True, dir_okay=False), help="private key PEM for --cert")
