@@ -21,6 +21,7 @@ import os
 import sys
 
 import numpy as np
+from numba.core import config as numba_config
 
 from nwhisper.kernels import _compile, gemm_int8
 from nwhisper.kernels.elementwise import fill_elem
@@ -140,8 +141,9 @@ class CpuBackend(Backend):
 
         gemv=True, for a matrix that is mostly multiplied by a few rows (the decoder's): an f16
         matrix stays f16, as its bits in a uint16 array (kernels/widen.py), which linear_elem
-        reads at half the bytes; products of more rows widen it into a scratch matrix for BLAS.
-        A uint16 matrix is taken as such bits."""
+        reads at half the bytes, for any number of rows (a prompt's too: measured at or above
+        BLAS's speed up to 224 rows, where widening the matrix for BLAS cost more than the
+        product). A uint16 matrix is taken as such bits."""
         a = np.asarray(a)
         if a.dtype == np.float16 and gemv:
             return np.require(a, requirements=("C", "A")).view(np.uint16)
@@ -162,9 +164,8 @@ class CpuBackend(Backend):
     def gemm(self, x, w, out, bias=None):
         """out[n, o] = x[n, i] @ w[o, i].T (+ bias[o]); x, out f32 2-D; w from weight() or
         weight_int8(). f32 on BLAS (it matches or beats linear_elem from one row up,
-        bench/kernels.py); f16 bits on linear_elem up to GEMV_ROWS rows, above widened for BLAS;
-        int8 on linear_elem, or above GEMV_ROWS rows on the int8 GEMM (activations quantised
-        per row) when the weight was packed for it."""
+        bench/kernels.py); f16 bits on linear_elem; int8 on linear_elem, or above GEMV_ROWS
+        rows on the int8 GEMM (activations quantised per row) when the weight was packed for it."""
         if isinstance(w, Int8Weight):
             if x.shape[0] > self.GEMV_ROWS and w.packed is not None:
                 gemm_int8.gemm(x, w.packed, bias, out, self.scratch)
@@ -172,12 +173,8 @@ class CpuBackend(Backend):
                 self._linear_body(x, w, out, bias)
             return
         if w.dtype == np.uint16:    # f16 bits (weight(gemv=True))
-            if x.shape[0] <= self.GEMV_ROWS:
-                self._linear_body(x, w, out, bias)
-                return
-            full = self.scratch("gemm.widened", w.shape)
-            np.copyto(full, w.view(np.float16))
-            w = full
+            self._linear_body(x, w, out, bias)
+            return
         if w.dtype != np.float32:
             raise TypeError(f"gemm: the weight is {w.dtype}; prepare it with be.weight() "
                             "(NumPy has no BLAS for it)")
@@ -313,10 +310,6 @@ class CudaBackend(Backend):
         self._cuda.synchronize()
 
 
-def _simulated():
-    return os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0")
-
-
 def _driver_loads():
     """Whether the CUDA driver library loads, searched for as Numba's driver will (dlopen;
     Linux's name for it — elsewhere Numba is left to find it)."""
@@ -334,7 +327,7 @@ def cuda_unusable():
     if importlib.util.find_spec("numba_cuda") is None:
         return ("numba-cuda is not installed (Numba's CUDA target lives in that package): "
                 "pip install 'nwhisper[cuda]'")
-    if not _simulated() and not _driver_loads():
+    if not numba_config.ENABLE_CUDASIM and not _driver_loads():
         # Asked before importing numba.cuda, which costs ~0.15 s of every CPU-only command.
         return "no NVIDIA driver: libcuda.so.1 cannot be loaded"
     try:

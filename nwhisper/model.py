@@ -265,11 +265,13 @@ class Whisper:
         K.linear(be, enc, self.cross_kv_w, self.cross_kv_b, kv)
         # int8: quantised per key / per channel (kernels.attention.Int8Heads), a quarter of the
         # bytes every decoder step reads; else in the layout the backend reads fastest.
-        heads = heads_int8 if self.compute_type == "int8" else (lambda be, x, n_head: be.heads(x, n_head))
-        ks = [heads(be, kv[:, 2 * i * width:(2 * i + 1) * width], d.n_text_head)
-              for i in range(d.n_text_layer)]
-        vs = [heads(be, kv[:, (2 * i + 1) * width:(2 * i + 2) * width], d.n_text_head)
-              for i in range(d.n_text_layer)]
+        int8 = self.compute_type == "int8"
+
+        def heads(x):
+            return heads_int8(be, x, d.n_text_head) if int8 else be.heads(x, d.n_text_head)
+
+        ks = [heads(kv[:, 2 * i * width:(2 * i + 1) * width]) for i in range(d.n_text_layer)]
+        vs = [heads(kv[:, (2 * i + 1) * width:(2 * i + 2) * width]) for i in range(d.n_text_layer)]
         self._cross = (enc, ks, vs)
         return ks, vs
 

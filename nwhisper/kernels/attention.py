@@ -97,10 +97,8 @@ def heads_int8_row(r, x, q, scale, n, hd):
     scale[h, j] = s
     inv = np.float32(1.0) / s
     for c in range(hd):
-        t = min(max(row[c] * inv, np.float32(-127.0)), np.float32(127.0)) + np.float32(0.5)
-        i = np.int32(t)                   # floor(t), halves up: truncation, corrected below
-        i -= np.int32(np.float32(i) > t)  # zero (math.floor is a libm call per element)
-        dst[c] = np.int8(i)
+        v = min(max(row[c] * inv, np.float32(-127.0)), np.float32(127.0))
+        dst[c] = np.int8(math.floor(v + np.float32(0.5)))  # to nearest, halves up
 
 
 def heads_int8(be, x, n_head):

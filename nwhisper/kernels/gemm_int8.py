@@ -26,9 +26,12 @@ many-row products fall back to float32 BLAS.
 """
 
 import functools
+import math
 
+import llvmlite.binding as llvm
 import numpy as np
 from numba import njit, prange, types
+from numba.core import config
 from numba.extending import intrinsic
 
 ROWS = 4        # rows of x per micro-tile
@@ -40,14 +43,9 @@ CHUNK = 64      # rows per parallel item
 @functools.cache
 def available():
     """True when Numba compiles for this machine's CPU and it has AVX-512 VNNI."""
-    try:
-        import llvmlite.binding as ll
-        from numba.core import config
-    except ImportError:
-        return False
     if config.CPU_NAME not in (None, "host"):   # e.g. NUMBA_CPU_NAME=generic for portable caches
         return False
-    features = ll.get_host_cpu_features()
+    features = llvm.get_host_cpu_features()
     return all(features.get(f, False) for f in ("avx512f", "avx512bw", "avx512vnni"))
 
 
@@ -176,13 +174,9 @@ def quantize_rows(x, xq, sx):
         sx[m] = s
         inv = np.float32(1.0) / s
         for c in range(k):
-            t = min(max(x[m, c] * inv, np.float32(-127.0)), np.float32(127.0)) + np.float32(0.5)
-            # floor(t), round half up: truncation corrected below zero (vectorises, where
-            # math.floor is a libm call per element); + 128 after rounding, not before (v + 128.5
-            # would round 87.49999 up in float32)
-            i = np.int32(t)
-            i -= np.int32(np.float32(i) > t)
-            xq[m, c] = np.uint8(i + 128)
+            v = min(max(x[m, c] * inv, np.float32(-127.0)), np.float32(127.0))
+            # round half up, then + 128 (v + 128.5 would round 87.49999 up in float32)
+            xq[m, c] = np.uint8(np.int32(math.floor(v + np.float32(0.5))) + 128)
 
 
 @njit(parallel=True, cache=True)

@@ -62,10 +62,8 @@ def quantize_row(o, w, q, scale):
     s = top / np.float32(127.0) if top > np.float32(0.0) else np.float32(1.0)
     scale[o] = s
     for c in range(w.shape[1]):
-        t = min(max(widen(w[o, c]) / s, np.float32(-127.0)), np.float32(127.0)) + np.float32(0.5)
-        i = np.int32(t)                   # floor(t), halves up: truncation, corrected below
-        i -= np.int32(np.float32(i) > t)  # zero (math.floor is a libm call per element)
-        q[o, c] = np.int8(i)
+        v = min(max(widen(w[o, c]) / s, np.float32(-127.0)), np.float32(127.0))
+        q[o, c] = np.int8(math.floor(v + np.float32(0.5)))  # to nearest, halves up
 
 
 def quantize_int8(be, w):
