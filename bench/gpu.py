@@ -66,6 +66,92 @@ def step_ms(model):
     return 1e3 * statistics.median(times)
 
 
+def launch_us(be, n=2000):
+    """Host µs per launch of a one-element kernel, and per launch including its completion."""
+    from nwhisper.kernels.elementwise import fill_elem
+    a = be.empty((1,), np.float32)
+    be.launch(fill_elem, 1, a, np.float32(0))
+    async_s = synced(be, lambda: [be.launch(fill_elem, 1, a, np.float32(0)) for _ in range(n)])[0]
+    sync_s = synced(be, lambda: [(be.launch(fill_elem, 1, a, np.float32(0)), be.sync()) for _ in range(n)])[0]
+    print(f"{be.name}: a one-element launch costs {1e6 * async_s / n:.1f} µs of host time, "
+          f"{1e6 * sync_s / n:.1f} µs waited for", flush=True)
+
+
+def kernel_times(model, top=12):
+    """Per kernel, the count and the summed time of every launch with the device drained around
+    it, for one encoder pass and one decoder step (each includes the ~45 µs a drained launch
+    costs; what is left over is the kernel's own time on the device)."""
+    be, d = model.be, model.dims
+    if not hasattr(be, "run"):
+        print("  (per-kernel times: the CUDA backend only)")
+        return
+    totals = {}
+
+    def timed(name, f):
+        def run(*a, **k):
+            be.sync()
+            t = time.perf_counter()
+            f(*a, **k)
+            be.sync()
+            c = totals.setdefault(name(*a) if callable(name) else name, [0, 0.0])
+            c[0] += 1
+            c[1] += time.perf_counter() - t
+        return run
+
+    plain = be.run
+
+    def kernel_name(kernel, grid, block, *args):
+        n = kernel.py_func.__name__
+        return f"{n} {args[0].shape}x{args[1].shape}" if n in ("gemv", "gemm_tiled") else n
+
+    be.run = timed(kernel_name, plain)
+    try:
+        mel = np.zeros((2 * d.n_audio_ctx, d.n_mels), np.float32)
+        enc = model.encode(mel)
+        state = model.new_state(enc)
+        model.decode(state, np.full(POSITION, TOKEN, np.int32))
+        for label, fn in (("encoder", lambda: model.encode(mel)),
+                          ("decoder step", lambda: model.decode(state, np.array([TOKEN], np.int32)))):
+            totals.clear()
+            t = time.perf_counter()
+            fn()
+            be.sync()
+            wall = time.perf_counter() - t
+            rows = sorted(totals.items(), key=lambda kv: -kv[1][1])
+            print(f"  {label}, launches drained one by one: {sum(c for c, _ in totals.values())} "
+                  f"launches, {1e3 * wall:.2f} ms", flush=True)
+            for name, (count, secs) in rows[:top]:
+                print(f"    {1e3 * secs:8.3f} ms {count:5d}x  {name}", flush=True)
+    finally:
+        be.run = plain
+
+
+def profile_step(model, top=14):
+    """Where one decoder step's host time goes: launches per step, then cProfile's top functions
+    by own time over STEPS steps (a GPU step is bound by Python and launch overhead until proved
+    otherwise)."""
+    import cProfile
+    import pstats
+    be, d = model.be, model.dims
+    state = model.new_state(model.encode(np.zeros((2 * d.n_audio_ctx, d.n_mels), np.float32)))
+    model.decode(state, np.full(POSITION - STEPS // 2, TOKEN, np.int32))
+    ids = be.upload(np.array([TOKEN], np.int32))
+    launches = []
+    plain = be.run
+    be.run = lambda kernel, *a: (launches.append(kernel.py_func.__name__), plain(kernel, *a))[1]
+    model.decode(state, ids)
+    be.run = plain
+    print(f"  one decoder step: {len(launches)} launches ({', '.join(sorted(set(launches)))})",
+          flush=True)
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(STEPS):
+        model.decode(state, ids)
+    be.sync()
+    prof.disable()
+    pstats.Stats(prof, stream=sys.stdout).sort_stats("tottime").print_stats(top)
+
+
 def transcribe(m, audio, repeat):
     def run():
         segs, _ = m.transcribe(audio, language="en", timestamps=True)
@@ -131,6 +217,8 @@ def random_main(args):
               f"step {step_ms(m):.3f} ms at ~{POSITION}, {N_FIXED} greedy tokens "
               f"{1e3 * dt / N_FIXED:.3f} ms/token (host argmax), request {enc_s + dt:.3f} s",
               flush=True)
+        if args.kernels:
+            kernel_times(m)
         if args.device != "cpu":
             cpu = random_model(name, "cpu")
             enc_cpu = cpu.encode(mel)
@@ -147,7 +235,11 @@ def main():
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--work", default="/tmp/nwhisper-bench")
     ap.add_argument("--random", action="store_true", help="random weights in the real shapes")
+    ap.add_argument("--profile", action="store_true", help="cProfile STEPS decoder steps per model")
+    ap.add_argument("--kernels", action="store_true", help="time each kernel of an encoder pass and a decoder step")
     args = ap.parse_args()
+    from nwhisper import backend as B
+    launch_us(B.get(args.device))
     if args.random:
         return random_main(args)
     for name in args.models.split(","):
@@ -160,6 +252,10 @@ def main():
         enc_s = statistics.median(synced(be, lambda: m.model.encode(mel))[0] for _ in range(5))
         print(f"{name} on {be.name}: load {load_s:.2f} s, encoder {1e3 * enc_s:.1f} ms/window, "
               f"decoder step {step_ms(m.model):.3f} ms at position ~{POSITION}", flush=True)
+        if args.kernels:
+            kernel_times(m.model)
+        if args.profile:
+            profile_step(m.model)
         cpu = nwhisper.load(name, device="cpu") if args.device != "cpu" else None
         for label, file in CLIPS.items():
             audio = clip(file, args.work)

@@ -26,6 +26,7 @@ from numba.core import config as numba_config
 from nwhisper.kernels import _compile, gemm_int8
 from nwhisper.kernels.elementwise import fill_elem
 from nwhisper.kernels.matmul import Int8Weight, linear_elem, quantize_int8
+from nwhisper.kernels.norm import layernorm_row
 from nwhisper.kernels.reduce import softmax_row
 
 # Numba's OpenMP workers spin after each parallel loop by default; with few cores the spinning takes
@@ -63,13 +64,21 @@ class Backend:
         One buffer per (name, dtype), grown geometrically, so a decoder whose key count grows by
         one each step does not allocate each step. Valid until the next scratch(name) call.
         """
-        size = math.prod(shape)
+        shape = tuple(shape)
         key = (name, np.dtype(dtype))
-        buf = self._scratch.get(key)
+        buf, views = self._scratch.get(key, (None, None))
+        view = views.get(shape) if views else None
+        if view is not None:
+            return view  # the same view again: a device array's slicing is costly Python
+        size = math.prod(shape)
         if buf is None or buf.size < size:
             grown = size if buf is None else max(size, 2 * buf.size)
-            buf = self._scratch[key] = self.empty((max(grown, 1),), dtype)
-        return buf[:size].reshape(shape)
+            buf, views = self.empty((max(grown, 1),), dtype), {}
+            self._scratch[key] = buf, views
+        if len(views) >= 512:  # shapes that grow by a key each step: keep the cache bounded
+            views.clear()
+        view = views[shape] = buf[:size].reshape(shape)
+        return view
 
     # Up to this many rows an int8 weight runs linear_elem (a GEMV streaming the int8 rows once
     # for all rows); above, a GEMM: the CPU's int8 GEMM when the weight was packed for it, the
@@ -105,6 +114,10 @@ class Backend:
         x (rows, n) f32. The portable body; a backend may run a faster equivalent."""
         self.launch(softmax_row, x.shape[0], x, x.shape[1], np.float32(scale), nq, causal,
                     q_offset, work=x.size)
+
+    def layernorm(self, x, w, b, out, eps):
+        """out = LayerNorm(x) row by row (kernels.norm.layernorm); the portable body here."""
+        self.launch(layernorm_row, x.shape[0], x, w, b, out, x.shape[1], eps, work=x.size)
 
 
 class CpuBackend(Backend):
@@ -231,6 +244,9 @@ class CudaBackend(Backend):
             self.threads_per_block = 32  # the simulator runs one Python thread per CUDA thread
         super().__init__("cuda")
         self.fast_paths = not self.simulator if fast_paths is None else fast_paths
+        from nwhisper.kernels import _cuda_launch
+        # run(kernel, grid, block, *args): every launch goes through it (_cuda_launch.py says why)
+        self.run = _cuda_launch.for_simulator() if self.simulator else _cuda_launch.Launcher()
         if self.fast_paths:
             from nwhisper.kernels import _cuda_fast
             self._fast = _cuda_fast
@@ -287,16 +303,28 @@ class CudaBackend(Backend):
                 return
             w = w.full
         if self.fast_paths:
-            self._fast.gemm(x, w, self._none if bias is None else bias, out)
+            self._fast.gemm(self.run, x, w, self._none if bias is None else bias, out)
         else:
             self._linear_body(x, w, out, bias)
 
     def softmax_rows(self, x, scale=1.0, nq=1, causal=False, q_offset=0):
         """As Backend.softmax_rows; with fast paths one block of threads per row."""
         if self.fast_paths:
-            self._fast.softmax(x, np.float32(scale), nq, causal, q_offset)
+            self._fast.softmax(self.run, x, np.float32(scale), nq, causal, q_offset)
         else:
             super().softmax_rows(x, scale, nq, causal, q_offset)
+
+    def layernorm(self, x, w, b, out, eps):
+        """As Backend.layernorm; with fast paths one block of threads per row."""
+        if self.fast_paths:
+            self._fast.layernorm(self.run, x, w, b, out, eps)
+        else:
+            super().layernorm(x, w, b, out, eps)
+
+    def attention_fast(self, q, k, v, out, p, causal, q_offset):
+        """kernels.attention's product on _cuda_fast.py's kernels; False when there is none for
+        this case (then the portable launches run)."""
+        return self.fast_paths and self._fast.attention(self.run, q, k, v, out, p, causal, q_offset)
 
     def launch(self, kernel, count, *args, work=None):
         """Run body `kernel(i, *args)` for i in range(count), one CUDA thread each (`work` is the
@@ -304,7 +332,7 @@ class CudaBackend(Backend):
         if count <= 0:
             return
         tpb = self.threads_per_block
-        self._launcher(kernel)[(count + tpb - 1) // tpb, tpb](count, *args)
+        self.run(self._launcher(kernel), (count + tpb - 1) // tpb, tpb, count, *args)
 
     def sync(self):
         self._cuda.synchronize()

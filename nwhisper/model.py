@@ -108,12 +108,18 @@ class Scratch:
     def __init__(self, be):
         self.be = be
         self.bufs = {}
+        self.views = {}  # (name, rows) -> b[:rows]: slicing a CUDA device array is costly Python
 
     def get(self, name, rows, cols, dtype=np.float32):
+        view = self.views.get((name, rows))
+        if view is not None and view.shape[1] == cols and view.dtype == dtype:
+            return view
         b = self.bufs.get(name)
         if b is None or b.shape[0] < rows or b.shape[1] != cols or b.dtype != dtype:
             b = self.bufs[name] = self.be.empty((rows, cols), dtype)
-        return b[:rows]
+            self.views = {k: v for k, v in self.views.items() if k[0] != name}
+        view = self.views[(name, rows)] = b[:rows]
+        return view
 
 
 class DecoderState:

@@ -13,7 +13,11 @@ the argument types of every launch can be saved, and
 
 (without the simulator; needs NVVM, e.g. from `pip install numba-cuda[cu13]`, but no GPU) compiles
 each body for exactly those types, and the kernels of _cuda_fast.py, with the CUDA compiler, and
-reports any whose PTX uses float64 arithmetic.
+reports any whose PTX uses float64 arithmetic. On a machine with a GPU,
+
+    python tests/cudasim_check.py --gpu
+
+runs the same cases on the real device instead of the simulator (bench/gpu_session.sh does).
 """
 
 import json
@@ -26,6 +30,7 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from nwhisper import backend  # noqa: E402
+from nwhisper.backend import Backend  # noqa: E402
 from nwhisper import kernels as K  # noqa: E402
 from nwhisper.kernels.matmul import linear_elem  # noqa: E402
 from nwhisper.kernels.reduce import softmax_row  # noqa: E402
@@ -40,6 +45,13 @@ def rand(*shape, dtype=np.float32):
 
 
 # Each case takes a backend and host inputs, runs ops on the backend, returns host arrays.
+
+def layernorm_portable(be, x, w, b):
+    """The portable body, for the fast path's sake (CudaBackend.layernorm runs _cuda_fast)."""
+    out = be.empty(x.shape)
+    Backend.layernorm(be, be.upload(x), be.upload(w), be.upload(b), out, np.float32(1e-5))
+    return [be.download(out)]
+
 
 def layernorm(be, x, w, b):
     out = be.empty(x.shape)
@@ -134,6 +146,15 @@ def attention(be, q, k, v, n_head, causal, q_offset):
     return [be.download(out), be.download(p)]
 
 
+def attention_portable(be, q, k, v, n_head, causal, q_offset):
+    """The three portable launches, for the fast paths' sake (the CPU side of this case runs BLAS)."""
+    from nwhisper.kernels.attention import attention_portable as portable
+    p = be.empty((n_head, q.shape[0], k.shape[0]))
+    out = be.empty(q.shape)
+    portable(be, be.upload(q), be.upload(k), be.upload(v), out, p, causal, q_offset)
+    return [be.download(out), be.download(p)]
+
+
 def attention_int8_kv(be, q, k, v, n_head):
     """compute_type="int8"'s cross-attention: keys and values as Int8Heads (quantised per key)."""
     from nwhisper.kernels.attention import heads_int8
@@ -207,6 +228,14 @@ CASES = [
     ("silero_vad", silero_vad, (rand(2, 2, 512) * 0.1,)),
     ("attention_decode", attention, (rand(1, 16), rand(8, 16), rand(8, 16), 4, True, 7)),
     ("attention_int8_kv", attention_int8_kv, (rand(2, 16), rand(9, 16), rand(9, 16), 4)),
+    ("layernorm_wide_portable", layernorm_portable, (rand(3, 300) * 3 + 1, rand(300), rand(300))),
+    ("layernorm_wide", layernorm, (rand(3, 300) * 3 + 1, rand(300), rand(300))),
+    # _cuda_fast: attend_rows up to 4 queries (keys past its block), scores/values_tiled above
+    # (several tiles each way; causal, as a prompt's)
+    ("attention_long_keys", attention, (rand(2, 16), rand(300, 16), rand(300, 16), 2, False, 0)),
+    ("attention_many", attention, (rand(20, 16), rand(37, 16), rand(37, 16), 2, False, 0)),
+    ("attention_prompt_causal", attention, (rand(9, 16), rand(11, 16), rand(11, 16), 2, True, 2)),
+    ("attention_causal_portable", attention_portable, (rand(3, 16), rand(7, 16), rand(7, 16), 2, True, 4)),
 ]
 
 
@@ -233,12 +262,12 @@ def recording(be, signatures):
     be.launch = record
 
 
-def simulate(signatures_path):
-    if os.environ.get("NUMBA_ENABLE_CUDASIM") != "1":
-        sys.exit("cudasim_check.py needs NUMBA_ENABLE_CUDASIM=1 in the environment")
+def simulate(signatures_path, gpu=False):
+    if not gpu and os.environ.get("NUMBA_ENABLE_CUDASIM") != "1":
+        sys.exit("cudasim_check.py needs NUMBA_ENABLE_CUDASIM=1 in the environment (or --gpu)")
     assert isinstance(backend.get("cuda"), backend.CudaBackend)
     cpu, sim = backend.get("cpu"), backend.CudaBackend(fast_paths=True)
-    assert sim.simulator
+    assert sim.simulator != gpu
     signatures = {}
     recording(sim, signatures)
     report = {"cases": {}, "failed": []}
@@ -295,6 +324,13 @@ def compile_ptx(signatures_path):
                      (f32, w, vec, f32, types.int64, types.int64), False))
     jobs.append(("softmax_rows", _cuda_fast.softmax_rows.py_func,
                  (f32, types.int64, types.float32, types.int64, types.boolean, types.int64), False))
+    f32_3 = types.Array(types.float32, 3, "C")
+    i64 = types.int64
+    jobs.append(("layernorm_rows", _cuda_fast.layernorm_rows.py_func, (f32, vec, vec, f32, i64, types.float32), False))
+    jobs.append(("attend_rows", _cuda_fast.attend_rows.py_func,
+                 (f32, f32, f32, f32_3, f32, i64, i64, i64, types.float32, types.boolean, i64), False))
+    jobs.append(("scores_tiled", _cuda_fast.scores_tiled.py_func, (f32, f32, f32_3, i64, i64, i64), False))
+    jobs.append(("values_tiled", _cuda_fast.values_tiled.py_func, (f32_3, f32, f32, i64, i64, i64), False))
     report = {"compiled": 0, "f64": [], "errors": {},
               "unexercised": sorted(set(bodies) - set(signatures))}
     for label, fn, argtypes, device in jobs:
@@ -315,4 +351,4 @@ if __name__ == "__main__":
     args = sys.argv[1:]
     if args[:1] == ["--ptx"]:
         sys.exit(compile_ptx(args[1]))
-    sys.exit(simulate(args[1] if args[:1] == ["--signatures"] else None))
+    sys.exit(simulate(args[1] if args[:1] == ["--signatures"] else None, gpu=args[:1] == ["--gpu"]))

@@ -6,6 +6,13 @@
                   weight row coalesced, and add their partial sums in shared memory
     softmax_rows  one block per row: max and sum reduced in shared memory (the portable body walks
                   a whole 1500-key row in one thread, three times)
+    layernorm_rows  one block per row, the same way (a decoder step normalises single rows: one
+                  thread walking 384 columns three times is latency, not work)
+    attend_rows   a few queries' whole attention (the decoder step): one block per (head, query)
+                  scores every key, softmaxes in place and sums the values -- one launch instead
+                  of three, and every thread busy
+    scores_tiled, values_tiled   many queries' (the encoder, a prompt): gemm_tiled's tiles with
+                  the head as the grid's third dimension, softmax_rows between them
 
 The GEMMs widen f16 weights where they read them. References: the portable bodies
 matmul.linear_elem and reduce.softmax_row; tests/cudasim_check.py compares them under the
@@ -24,6 +31,12 @@ GEMV_LANES = 32  # gemv: threads per output
 GEMV_OUTS = 8    # gemv: outputs per block
 GEMV_MAX_ROWS = 4  # the backend uses gemv up to this many rows of x
 SOFTMAX_THREADS = 128  # softmax_rows: threads per row (a power of two)
+ROW_THREADS = 128  # layernorm_rows: threads per row (a power of two)
+# attend_rows: threads per (head, query), a power of two >= the head width. A decoder step has
+# only H blocks; the more threads each, the fewer keys each walks serially (with 256, the
+# cross-attention's 1500 keys kept the H200 ~90 µs per launch, latency-bound)
+ATTEND_THREADS = 512
+ATTEND_MAX_ROWS = 4   # the backend uses attend_rows up to this many queries
 
 
 @cuda.jit(cache=True)
@@ -123,18 +136,197 @@ def softmax_rows(x, n, scale, nq, causal, q_offset):
         x[r, c] = np.float32(0.0)
 
 
-def softmax(x, scale, nq, causal, q_offset):
-    """x = masked softmax of scale * x along rows, in place; x (rows, n) f32 on the device."""
-    softmax_rows[x.shape[0], SOFTMAX_THREADS](x, x.shape[1], scale, nq, causal, q_offset)
+@cuda.jit(cache=True)
+def layernorm_rows(x, w, b, out, n, eps):
+    """Block r: out[r] = (x[r] - mean) / sqrt(var + eps) * w + b, as norm.layernorm_row's passes
+    (out may be x: each thread writes only the columns it alone reads)."""
+    red = cuda.shared.array(ROW_THREADS, float32)
+    r = cuda.blockIdx.x
+    t = cuda.threadIdx.x
+    acc = np.float32(0.0)
+    for c in range(t, n, ROW_THREADS):
+        acc += x[r, c]
+    red[t] = acc
+    cuda.syncthreads()
+    step = ROW_THREADS // 2
+    while step > 0:
+        if t < step:
+            red[t] += red[t + step]
+        cuda.syncthreads()
+        step //= 2
+    mean = red[0] / np.float32(n)
+    cuda.syncthreads()  # every thread has read red[0] before it is reused
+    acc = np.float32(0.0)
+    for c in range(t, n, ROW_THREADS):
+        d = x[r, c] - mean
+        acc += d * d
+    red[t] = acc
+    cuda.syncthreads()
+    step = ROW_THREADS // 2
+    while step > 0:
+        if t < step:
+            red[t] += red[t + step]
+        cuda.syncthreads()
+        step //= 2
+    inv = np.float32(1.0) / math.sqrt(red[0] / np.float32(n) + eps)
+    for c in range(t, n, ROW_THREADS):
+        out[r, c] = (x[r, c] - mean) * inv * w[c] + b[c]
 
 
-def gemm(x, w, bias, out):
+@cuda.jit(cache=True)
+def attend_rows(q, k, v, p, out, nq, nk, hd, scale, causal, q_offset):
+    """Block r = h * nq + qi: p[h, qi] = softmax(scale * q[qi] . k[j] over keys j), masked as
+    softmax_rows (masked entries 0), then out[qi, h*hd + c] = sum_j p[h, qi, j] v[j, h*hd + c].
+    q (nq, H*hd), k and v (nk, H*hd), p (H, nq, nk), out (nq, H*hd); hd <= ATTEND_THREADS."""
+    red = cuda.shared.array(ATTEND_THREADS, float32)
+    r = cuda.blockIdx.x
+    t = cuda.threadIdx.x
+    h = r // nq
+    qi = r - h * nq
+    base = h * hd
+    m = nk
+    if causal:
+        m = min(nk, qi + q_offset + 1)
+    top = np.float32(-math.inf)
+    for j in range(t, m, ATTEND_THREADS):   # raw scores, and this thread's largest
+        acc = np.float32(0.0)
+        for c in range(hd):
+            acc += q[qi, base + c] * k[j, base + c]
+        p[h, qi, j] = acc
+        top = max(top, acc)
+    red[t] = top
+    cuda.syncthreads()
+    step = ATTEND_THREADS // 2
+    while step > 0:
+        if t < step:
+            red[t] = max(red[t], red[t + step])
+        cuda.syncthreads()
+        step //= 2
+    top = red[0]
+    cuda.syncthreads()
+    total = np.float32(0.0)
+    for j in range(t, m, ATTEND_THREADS):
+        e = math.exp((p[h, qi, j] - top) * scale)
+        p[h, qi, j] = e
+        total += e
+    red[t] = total
+    cuda.syncthreads()
+    step = ATTEND_THREADS // 2
+    while step > 0:
+        if t < step:
+            red[t] += red[t + step]
+        cuda.syncthreads()
+        step //= 2
+    inv = np.float32(1.0) / red[0]
+    cuda.syncthreads()
+    for j in range(t, m, ATTEND_THREADS):
+        p[h, qi, j] *= inv
+    for j in range(m + t, nk, ATTEND_THREADS):
+        p[h, qi, j] = np.float32(0.0)
+    cuda.syncthreads()  # the block's writes to p are visible to all its threads
+    # values: thread t sums column c = t % hd over every G-th key, G = ATTEND_THREADS // hd
+    groups = ATTEND_THREADS // hd
+    g = t // hd
+    c = t - g * hd
+    acc = np.float32(0.0)
+    if g < groups:
+        for j in range(g, m, groups):
+            acc += p[h, qi, j] * v[j, base + c]
+    red[t] = acc
+    cuda.syncthreads()
+    if t < hd:
+        acc = np.float32(0.0)
+        for gi in range(groups):
+            acc += red[gi * hd + t]
+        out[qi, base + t] = acc
+
+
+@cuda.jit(cache=True)
+def scores_tiled(q, k, s, nq, nk, hd):
+    """Block (bx, by, h): s[h, by*TILE + ty, bx*TILE + tx] = q[row, h*hd:] . k[key, h*hd:] --
+    gemm_tiled with one head's columns of q and k."""
+    qs = cuda.shared.array((TILE, TILE_ROW), float32)
+    ks = cuda.shared.array((TILE, TILE_ROW), float32)
+    tx = cuda.threadIdx.x
+    ty = cuda.threadIdx.y
+    base = cuda.blockIdx.z * hd
+    r = cuda.blockIdx.y * TILE + ty
+    o = cuda.blockIdx.x * TILE + tx
+    k_row = cuda.blockIdx.x * TILE + ty  # the key this thread stages
+    acc = np.float32(0.0)
+    for c0 in range(0, hd, TILE):
+        c = c0 + tx
+        qs[ty, tx] = q[r, base + c] if r < nq and c < hd else np.float32(0.0)
+        ks[ty, tx] = k[k_row, base + c] if k_row < nk and c < hd else np.float32(0.0)
+        cuda.syncthreads()
+        for kk in range(TILE):
+            acc += qs[ty, kk] * ks[tx, kk]
+        cuda.syncthreads()
+    if r < nq and o < nk:
+        s[cuda.blockIdx.z, r, o] = acc
+
+
+@cuda.jit(cache=True)
+def values_tiled(p, v, out, nq, nk, hd):
+    """Block (bx, by, h): out[row, h*hd + col] = sum_j p[h, row, j] v[j, h*hd + col], row =
+    by*TILE + ty, col = bx*TILE + tx (masked probabilities are 0, so every key is summed)."""
+    ps = cuda.shared.array((TILE, TILE_ROW), float32)
+    vs = cuda.shared.array((TILE, TILE_ROW), float32)
+    tx = cuda.threadIdx.x
+    ty = cuda.threadIdx.y
+    h = cuda.blockIdx.z
+    base = h * hd
+    r = cuda.blockIdx.y * TILE + ty
+    col = cuda.blockIdx.x * TILE + tx
+    acc = np.float32(0.0)
+    for j0 in range(0, nk, TILE):
+        ps[ty, tx] = p[h, r, j0 + tx] if r < nq and j0 + tx < nk else np.float32(0.0)
+        vs[ty, tx] = v[j0 + ty, base + col] if j0 + ty < nk and col < hd else np.float32(0.0)
+        cuda.syncthreads()
+        for kk in range(TILE):
+            acc += ps[ty, kk] * vs[kk, tx]
+        cuda.syncthreads()
+    if r < nq and col < hd:
+        out[r, base + col] = acc
+
+
+def layernorm(launch, x, w, b, out, eps):
+    """out = LayerNorm(x) row by row on the device; `launch` is the backend's launcher."""
+    launch(layernorm_rows, x.shape[0], ROW_THREADS, x, w, b, out, x.shape[1], eps)
+
+
+def attention(launch, q, k, v, out, p, causal, q_offset):
+    """As kernels.attention.attention_portable (p the (H, nq, nk) probabilities' scratch); False
+    when the head is wider than attend_rows' block, and nothing was done."""
+    n_head, nq, nk = p.shape
+    hd = q.shape[1] // n_head
+    scale = np.float32(1.0 / math.sqrt(hd))
+    if nq <= ATTEND_MAX_ROWS:
+        if hd > ATTEND_THREADS:
+            return False
+        launch(attend_rows, n_head * nq, ATTEND_THREADS, q, k, v, p, out, nq, nk, hd, scale,
+               causal, q_offset)
+        return True
+    tiles = (nq + TILE - 1) // TILE
+    launch(scores_tiled, ((nk + TILE - 1) // TILE, tiles, n_head), (TILE, TILE), q, k, p, nq, nk, hd)
+    softmax(launch, p.reshape(n_head * nq, nk), scale, nq, causal, q_offset)
+    launch(values_tiled, ((hd + TILE - 1) // TILE, tiles, n_head), (TILE, TILE), p, v, out, nq, nk, hd)
+    return True
+
+
+def softmax(launch, x, scale, nq, causal, q_offset):
+    """x = masked softmax of scale * x along rows, in place; x (rows, n) f32 on the device.
+    `launch(kernel, grid, block, *args)` is the backend's launcher."""
+    launch(softmax_rows, x.shape[0], SOFTMAX_THREADS, x, x.shape[1], scale, nq, causal, q_offset)
+
+
+def gemm(launch, x, w, bias, out):
     """out = x @ w.T + bias on the device; bias a (0,) array for none."""
     n, n_in = x.shape
     n_out = w.shape[0]
     if n <= GEMV_MAX_ROWS:
         grid = ((n_out + GEMV_OUTS - 1) // GEMV_OUTS, n)
-        gemv[grid, (GEMV_LANES, GEMV_OUTS)](x, w, bias, out, n_in, n_out)
+        launch(gemv, grid, (GEMV_LANES, GEMV_OUTS), x, w, bias, out, n_in, n_out)
     else:
         grid = ((n_out + TILE - 1) // TILE, (n + TILE - 1) // TILE)
-        gemm_tiled[grid, (TILE, TILE)](x, w, bias, out, n, n_in, n_out)
+        launch(gemm_tiled, grid, (TILE, TILE), x, w, bias, out, n, n_in, n_out)

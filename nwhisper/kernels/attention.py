@@ -198,7 +198,8 @@ def attention(be, q, k, v, out, n_head, causal=False, q_offset=0, weights=True, 
     if isinstance(k, Int8Heads):
         attention_int8_kv(be, q, k, v, out, p, weights)
     elif be.name != "cpu":
-        attention_portable(be, q, k, v, out, p, causal, q_offset)
+        if not be.attention_fast(q, k, v, out, p, causal, q_offset):
+            attention_portable(be, q, k, v, out, p, causal, q_offset)
     else:
         attention_blas(be, q, k, v, out, n_head, p, causal, q_offset,
                        int8 and p is None and not causal and gemm_int8.available())

@@ -1,0 +1,111 @@
+"""Launching compiled CUDA kernels for a fraction of what Numba's `kernel[grid, block](*args)` costs.
+
+Numba's launch builds a configuration object, types every argument, and marshals each array
+through several layers of Python. On an H200 machine's host that came to ~25 µs for a kernel of
+two arguments and ~100 µs for six, while the decoder step's small kernels each run for a few
+µs on the GPU: a tiny.en step is ~90 launches, so launching was nearly all of its 10 ms.
+
+`Launcher` remembers, per kernel and per argument types, the compiled function Numba chose, and
+passes the arguments as Numba's own `_Kernel._prepare_args` lays them out: an array as meminfo,
+parent, size, itemsize, data pointer, shape, strides in bytes; a scalar as a ctypes value of its
+Numba type. The first call with new types goes through Numba (which compiles or loads the cache)
+and is recorded. Whatever it does not know -- an argument other than a device array or a plain
+scalar, a numba-cuda without the internals it reads -- takes Numba's normal path. The simulator
+always does (`for_simulator`).
+"""
+
+import ctypes
+
+import numpy as np
+
+NUMBA = object()  # a cache entry meaning "launch these argument types through Numba"
+
+
+def for_simulator():
+    """The plain launch: what the simulator (which runs kernels in Python threads) needs."""
+    def launch(kernel, grid, block, *args):
+        kernel[grid, block](*args)
+    return launch
+
+
+def _ctype(ty):
+    """The ctypes value Numba passes for a scalar of Numba type `ty` (None: passed as is)."""
+    from numba.core import types
+    if isinstance(ty, types.Integer):
+        return getattr(ctypes, f"c_{ty}")
+    return {types.float32: ctypes.c_float, types.float64: ctypes.c_double}.get(ty)
+
+
+def _array_args(a, flat):
+    """Append device array `a` as Numba's kernel ABI spells an array argument."""
+    packed = a.__dict__.get("_nw_kernel_args")
+    if packed is None:
+        ptr = a.device_ctypes_pointer.value or 0
+        packed = (0, 0, a.size, a.dtype.itemsize, ptr) + tuple(a.shape) + tuple(a.strides)
+        a.__dict__["_nw_kernel_args"] = packed  # an array's buffer and shape never change
+    flat.extend(packed)
+
+
+def _as_is(v, flat):
+    flat.append(v)
+
+
+class Launcher:
+    """`launcher(kernel, grid, block, *args)`: kernel a numba.cuda dispatcher, args device arrays
+    and scalars, on the default stream (as Numba's own launch)."""
+
+    def __init__(self):
+        from numba import typeof
+        from numba.core import types
+        from numba.core.typing.typeof import Purpose
+        from numba.cuda.cudadrv import driver
+        from numba.cuda.cudadrv.devicearray import DeviceNDArray
+        from numba.cuda.dispatcher import LaunchConfig, launch
+        self._launch, self._config = launch, LaunchConfig
+        self._stream = driver._to_core_stream(0)
+        self._typeof = lambda v: typeof(v, Purpose.argument)
+        self._array_type, self._boolean, self._device_array = types.Array, types.boolean, DeviceNDArray
+        self._entries = {}   # (kernel, argument keys) -> (cuda.core kernel, packers) or NUMBA
+        self._configs = {}   # (grid, block) -> LaunchConfig
+
+    def _key(self, v):
+        if isinstance(v, self._device_array):
+            return v._numba_type_  # cached on the array: its dtype, ndim and layout
+        return type(v)
+
+    def _entry(self, kernel, args):
+        """Compile or load through Numba for these argument types; how to launch them after."""
+        argtypes = tuple(self._typeof(a) for a in args)
+        compiled = kernel.overloads.get(argtypes)
+        if compiled is None or getattr(compiled, "debug", False) or kernel.targetoptions.get("extensions"):
+            return NUMBA
+        packers = []
+        for a, ty in zip(args, argtypes):
+            if isinstance(ty, self._array_type):
+                if not isinstance(a, self._device_array):
+                    return NUMBA  # a host array: Numba copies it over and back
+                packers.append(_array_args)
+            elif ty == self._boolean:
+                packers.append(_as_is)
+            elif _ctype(ty) is not None:
+                packers.append(lambda v, flat, make=_ctype(ty): flat.append(make(v)))
+            else:
+                return NUMBA
+        return compiled._codelibrary.get_cufunc().kernel, tuple(packers)
+
+    def __call__(self, kernel, grid, block, *args):
+        key = (kernel,) + tuple(self._key(a) for a in args)
+        entry = self._entries.get(key)
+        if entry is None or entry is NUMBA:
+            kernel[grid, block](*args)   # the first time, this compiles or loads the kernel
+            if entry is None:
+                self._entries[key] = self._entry(kernel, args)
+            return
+        function, packers = entry
+        flat = []
+        for pack, a in zip(packers, args):
+            pack(a, flat)
+        config = self._configs.get((grid, block))
+        if config is None:
+            config = self._configs[(grid, block)] = self._config(grid=grid, block=block)
+        self._launch(self._stream, config, function, *flat)
