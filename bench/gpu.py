@@ -1,15 +1,17 @@
 """nwhisper on the CUDA backend: per-token decode and warm transcription, checked against the CPU.
 
-    python3 bench/gpu.py [--models tiny.en,base] [--device cuda] [--repeat 3]
+    python3 bench/gpu.py [--models tiny.en,base] [--device cuda] [--repeat 3] [--kernels] [--profile]
 
-Prepared for a session that is lent a GPU (issue 8: "the CUDA backend's per-token time and warm
+For a session that is lent a GPU (bench/gpu_session.sh runs it there; issue 8: "the CUDA backend's per-token time and warm
 request time for tiny and base"; the seed's figure to beat is 456 µs per token on whisper-tiny,
 RTX 4090). Per model it prints: the load time; the encoder time per 30 s window; the median of
 32 single-token decoder steps at position ~64 (vocabulary projection included, synchronised);
 and, for the 11 s and 63 s clips, the warm transcription time (median of --repeat, after one
 unrecorded run) with the output tokens and ms per token. Every transcript is compared with the
 CPU backend's (same model, same options): the same text is the check that the GPU computes what
-the CPU does; a difference is printed, not hidden.
+the CPU does; a difference is printed, not hidden. First, the host time of one launch.
+--kernels adds each kernel's count and time in an encoder pass and a decoder step (every launch
+drained, so each includes a drained launch's cost); --profile, cProfile of 32 decoder steps.
 
 Runs anywhere with --device cpu (that is how it was checked without a GPU). The clips are the
 bench's (bench/transcribe.py --work, default /tmp/nwhisper-bench: en-11s.flac.npy, en-63s.flac.npy),

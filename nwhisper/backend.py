@@ -104,6 +104,10 @@ class Backend:
                     self._none if bias is None else bias, out, n, n_in,
                     work=n * q.shape[0] * n_in // 64)  # vectorised: ~64 MACs per scalar step
 
+    def flat(self, a):
+        """`a` as one dimension (an elementwise kernel's view)."""
+        return a.reshape(-1)
+
     def heads(self, x, n_head):
         """Keys or values (n, H*hd) that many queries will attend to, in the layout this
         backend's attention reads fastest: here as they are."""
@@ -313,6 +317,14 @@ class CudaBackend(Backend):
             self._fast.softmax(self.run, x, np.float32(scale), nq, causal, q_offset)
         else:
             super().softmax_rows(x, scale, nq, causal, q_offset)
+
+    def flat(self, a):
+        """As Backend.flat, kept on the array: a device array's reshape is costly Python, and
+        the model passes the same scratch views step after step."""
+        f = a.__dict__.get("_nw_flat")
+        if f is None:
+            f = a.__dict__["_nw_flat"] = a.reshape(-1)
+        return f
 
     def layernorm(self, x, w, b, out, eps):
         """As Backend.layernorm; with fast paths one block of threads per row."""

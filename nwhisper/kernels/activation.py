@@ -37,4 +37,4 @@ def gelu_elem(i, x, out):
 
 def gelu(be, x, out):
     """out = gelu(x) elementwise; x, out: same-shape contiguous f32 (out may be x)."""
-    be.launch(gelu_elem, x.size, x.reshape(-1), out.reshape(-1))
+    be.launch(gelu_elem, x.size, be.flat(x), be.flat(out))

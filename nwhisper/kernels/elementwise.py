@@ -63,17 +63,17 @@ def embed_elem(i, table, ids, out, d):
 
 def add(be, a, b, out):
     """out = a + b elementwise; same-shape contiguous f32 (out may be a)."""
-    be.launch(add_elem, a.size, a.reshape(-1), b.reshape(-1), out.reshape(-1))
+    be.launch(add_elem, a.size, be.flat(a), be.flat(b), be.flat(out))
 
 
 def scale(be, x, s):
     """x *= s in place; x contiguous f32."""
-    be.launch(scale_elem, x.size, x.reshape(-1), np.float32(s))
+    be.launch(scale_elem, x.size, be.flat(x), np.float32(s))
 
 
 def fill(be, x, value):
     """x[...] = value; x contiguous."""
-    be.launch(fill_elem, x.size, x.reshape(-1), x.dtype.type(value))
+    be.launch(fill_elem, x.size, be.flat(x), x.dtype.type(value))
 
 
 def kv_write(be, cache, pos, rows):
