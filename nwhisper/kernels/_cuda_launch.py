@@ -15,6 +15,7 @@ always does (`for_simulator`).
 """
 
 import ctypes
+import warnings
 
 import numpy as np
 
@@ -56,12 +57,14 @@ class Launcher:
 
     def __init__(self):
         from numba import typeof
+        from numba.cuda.core.errors import NumbaPerformanceWarning
         from numba.core import types
         from numba.core.typing.typeof import Purpose
         from numba.cuda.cudadrv import driver
         from numba.cuda.cudadrv.devicearray import DeviceNDArray
         from numba.cuda.dispatcher import LaunchConfig, launch
         self._launch, self._config = launch, LaunchConfig
+        self._performance_warning = NumbaPerformanceWarning
         self._stream = driver._to_core_stream(0)
         self._typeof = lambda v: typeof(v, Purpose.argument)
         self._array_type, self._boolean, self._device_array = types.Array, types.boolean, DeviceNDArray
@@ -97,7 +100,10 @@ class Launcher:
         key = (kernel,) + tuple(self._key(a) for a in args)
         entry = self._entries.get(key)
         if entry is None or entry is NUMBA:
-            kernel[grid, block](*args)   # the first time, this compiles or loads the kernel
+            with warnings.catch_warnings():
+                # Numba warns of grids under 128 blocks; a decoder step's are small by nature
+                warnings.simplefilter("ignore", self._performance_warning)
+                kernel[grid, block](*args)   # the first time, this compiles or loads the kernel
             if entry is None:
                 self._entries[key] = self._entry(kernel, args)
             return
