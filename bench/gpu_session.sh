@@ -9,7 +9,7 @@
 # cffi and pycparser, which the machine's image lacks, and of numpy 2.4: its numba-cuda 0.30.4
 # fails to compile any kernel under its numpy 2.5 (np.row_stack is gone). Every step has its own time limit and the next runs whatever the
 # last did; logs go to $OUT (the device tool brings them back) and the summary to stdout.
-export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD NUMBA_CACHE_DIR=/tmp/numba-cache NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS=0
+export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD NUMBA_CACHE_DIR=/tmp/numba-cache
 OUT=${OUT:-/tmp/gpu-out}; mkdir -p "$OUT"
 if ls .gpu/*.whl >/dev/null 2>&1; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .gpu/*.whl
