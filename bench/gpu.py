@@ -135,16 +135,19 @@ def profile_step(model, top=14):
     import cProfile
     import pstats
     be, d = model.be, model.dims
+    if not hasattr(be, "run"):
+        print("  (the launch count: the CUDA backend only)")
     state = model.new_state(model.encode(np.zeros((2 * d.n_audio_ctx, d.n_mels), np.float32)))
     model.decode(state, np.full(POSITION - STEPS // 2, TOKEN, np.int32))
     ids = be.upload(np.array([TOKEN], np.int32))
-    launches = []
-    plain = be.run
-    be.run = lambda kernel, *a: (launches.append(kernel.py_func.__name__), plain(kernel, *a))[1]
-    model.decode(state, ids)
-    be.run = plain
-    print(f"  one decoder step: {len(launches)} launches ({', '.join(sorted(set(launches)))})",
-          flush=True)
+    if hasattr(be, "run"):
+        launches = []
+        plain = be.run
+        be.run = lambda kernel, *a: (launches.append(kernel.py_func.__name__), plain(kernel, *a))[1]
+        model.decode(state, ids)
+        be.run = plain
+        print(f"  one decoder step: {len(launches)} launches ({', '.join(sorted(set(launches)))})",
+              flush=True)
     prof = cProfile.Profile()
     prof.enable()
     for _ in range(STEPS):

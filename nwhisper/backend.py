@@ -123,6 +123,11 @@ class Backend:
         """out = LayerNorm(x) row by row (kernels.norm.layernorm); the portable body here."""
         self.launch(layernorm_row, x.shape[0], x, w, b, out, x.shape[1], eps, work=x.size)
 
+    def attention_fast(self, q, k, v, out, p, causal, q_offset):
+        """kernels.attention's product by this backend's own kernels; False where it has none
+        (then the portable launches run)."""
+        return False
+
 
 class CpuBackend(Backend):
     """Kernels as Numba parallel loops over NumPy arrays; GEMMs on BLAS."""
@@ -230,9 +235,10 @@ class CpuBackend(Backend):
 class CudaBackend(Backend):
     """Kernels as CUDA grids over numba.cuda device arrays (or the simulator's).
 
-    fast_paths: use kernels/_cuda_fast.py for gemm and softmax_rows (default: yes on a GPU, no on
-    the simulator, where their big blocks are many Python threads: a 51865-word logits GEMV is
-    1.7 M of them, against 52 K for the portable body; tests/cudasim_check.py turns them on).
+    fast_paths: use kernels/_cuda_fast.py for gemm, softmax_rows, layernorm and attention
+    (default: yes on a GPU, no on the simulator, where their big blocks are many Python threads: a
+    51865-word logits GEMV is 1.7 M of them, against 52 K for the portable body;
+    tests/cudasim_check.py turns them on).
     """
 
     name = "cuda"
@@ -250,7 +256,7 @@ class CudaBackend(Backend):
         self.fast_paths = not self.simulator if fast_paths is None else fast_paths
         from nwhisper.kernels import _cuda_launch
         # run(kernel, grid, block, *args): every launch goes through it (_cuda_launch.py says why)
-        self.run = _cuda_launch.for_simulator() if self.simulator else _cuda_launch.Launcher()
+        self.run = _cuda_launch.launcher(self.simulator)
         if self.fast_paths:
             from nwhisper.kernels import _cuda_fast
             self._fast = _cuda_fast

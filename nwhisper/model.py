@@ -118,6 +118,8 @@ class Scratch:
         if b is None or b.shape[0] < rows or b.shape[1] != cols or b.dtype != dtype:
             b = self.bufs[name] = self.be.empty((rows, cols), dtype)
             self.views = {k: v for k, v in self.views.items() if k[0] != name}
+        if len(self.views) >= 512:  # row counts are few in practice; keep it bounded anyway
+            self.views.clear()
         view = self.views[(name, rows)] = b[:rows]
         return view
 

@@ -155,6 +155,18 @@ def attention_portable(be, q, k, v, n_head, causal, q_offset):
     return [be.download(out), be.download(p)]
 
 
+def attend_row(be, q, k, v, n_head, causal, q_offset):
+    """The CPU's decoder-step attention body (kernels.attention.attend_row), launched as it is."""
+    from nwhisper.kernels.attention import attend_row as body
+    nq, width = q.shape
+    hd = width // n_head
+    p = be.empty((n_head, nq, k.shape[0]))
+    out = be.empty(q.shape)
+    be.launch(body, n_head * nq, be.upload(q), be.upload(k), be.upload(v), p, out, nq, k.shape[0], hd,
+              np.float32(1.0 / np.sqrt(hd)), causal, q_offset)
+    return [be.download(out), be.download(p)]
+
+
 def attention_int8_kv(be, q, k, v, n_head):
     """compute_type="int8"'s cross-attention: keys and values as Int8Heads (quantised per key)."""
     from nwhisper.kernels.attention import heads_int8
@@ -236,6 +248,7 @@ CASES = [
     ("attention_many", attention, (rand(20, 16), rand(37, 16), rand(37, 16), 2, False, 0)),
     ("attention_prompt_causal", attention, (rand(9, 16), rand(11, 16), rand(11, 16), 2, True, 2)),
     ("attention_causal_portable", attention_portable, (rand(3, 16), rand(7, 16), rand(7, 16), 2, True, 4)),
+    ("attend_row_causal", attend_row, (rand(3, 16), rand(7, 16), rand(7, 16), 2, True, 4)),
 ]
 
 

@@ -15,9 +15,12 @@
                   the head as the grid's third dimension, softmax_rows between them
 
 The GEMMs widen f16 weights where they read them. References: the portable bodies
-matmul.linear_elem and reduce.softmax_row; tests/cudasim_check.py compares them under the
-simulator. Imported only by the CUDA backend (`cuda` is a module global, as the simulator needs).
-No warp shuffles: the simulator has no warps.
+matmul.linear_elem, reduce.softmax_row, norm.layernorm_row and attention.attention_portable's;
+tests/cudasim_check.py compares them under the simulator, and on a GPU with --gpu. Imported only
+by the CUDA backend (`cuda` is a module global, as the simulator needs). No warp shuffles: the
+simulator has no warps. No device functions either: the block reductions are written out in each
+kernel, because compiling a kernel that calls one needs a driver, and the test suite checks this
+module's PTX on machines without one.
 """
 
 import math
@@ -292,6 +295,8 @@ def values_tiled(p, v, out, nq, nk, hd):
 
 def layernorm(launch, x, w, b, out, eps):
     """out = LayerNorm(x) row by row on the device; `launch` is the backend's launcher."""
+    if x.shape[0] == 0:
+        return
     launch(layernorm_rows, x.shape[0], ROW_THREADS, x, w, b, out, x.shape[1], eps)
 
 
@@ -301,6 +306,8 @@ def attention(launch, q, k, v, out, p, causal, q_offset):
     n_head, nq, nk = p.shape
     hd = q.shape[1] // n_head
     scale = np.float32(1.0 / math.sqrt(hd))
+    if nq == 0:
+        return True
     if nq <= ATTEND_MAX_ROWS:
         if hd > ATTEND_THREADS:
             return False

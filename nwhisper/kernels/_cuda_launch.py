@@ -10,8 +10,9 @@ passes the arguments as Numba's own `_Kernel._prepare_args` lays them out: an ar
 parent, size, itemsize, data pointer, shape, strides in bytes; a scalar as a ctypes value of its
 Numba type. The first call with new types goes through Numba (which compiles or loads the cache)
 and is recorded. Whatever it does not know -- an argument other than a device array or a plain
-scalar, a numba-cuda without the internals it reads -- takes Numba's normal path. The simulator
-always does (`for_simulator`).
+scalar, a cooperative or launch-configuration-sensitive kernel, a numba-cuda without the
+internals it reads (`launcher()` then returns the plain launch) -- takes Numba's normal path, as
+the simulator always does.
 """
 
 import ctypes
@@ -22,11 +23,20 @@ import numpy as np
 NUMBA = object()  # a cache entry meaning "launch these argument types through Numba"
 
 
-def for_simulator():
-    """The plain launch: what the simulator (which runs kernels in Python threads) needs."""
-    def launch(kernel, grid, block, *args):
-        kernel[grid, block](*args)
-    return launch
+def plain_launch(kernel, grid, block, *args):
+    """Numba's own launch: what the simulator (which runs kernels in Python threads) needs."""
+    kernel[grid, block](*args)
+
+
+def launcher(simulator):
+    """The backend's `launch(kernel, grid, block, *args)`: a Launcher on a GPU, the plain launch
+    under the simulator or where this numba-cuda lacks what Launcher reads."""
+    if simulator:
+        return plain_launch
+    try:
+        return Launcher()
+    except (ImportError, AttributeError):
+        return plain_launch
 
 
 def _ctype(ty):
@@ -80,7 +90,9 @@ class Launcher:
         """Compile or load through Numba for these argument types; how to launch them after."""
         argtypes = tuple(self._typeof(a) for a in args)
         compiled = kernel.overloads.get(argtypes)
-        if compiled is None or getattr(compiled, "debug", False) or kernel.targetoptions.get("extensions"):
+        if (compiled is None or kernel.targetoptions.get("extensions")
+                or any(getattr(compiled, flag, False)
+                       for flag in ("debug", "cooperative", "launch_config_sensitive"))):
             return NUMBA
         packers = []
         for a, ty in zip(args, argtypes):
@@ -94,18 +106,23 @@ class Launcher:
                 packers.append(lambda v, flat, make=_ctype(ty): flat.append(make(v)))
             else:
                 return NUMBA
-        return compiled._codelibrary.get_cufunc().kernel, tuple(packers)
+        try:
+            return compiled._codelibrary.get_cufunc().kernel, tuple(packers)
+        except AttributeError:  # another numba-cuda's internals
+            return NUMBA
 
     def __call__(self, kernel, grid, block, *args):
         key = (kernel,) + tuple(self._key(a) for a in args)
         entry = self._entries.get(key)
-        if entry is None or entry is NUMBA:
+        if entry is NUMBA:
+            kernel[grid, block](*args)
+            return
+        if entry is None:
             with warnings.catch_warnings():
-                # Numba warns of grids under 128 blocks; a decoder step's are small by nature
-                warnings.simplefilter("ignore", self._performance_warning)
-                kernel[grid, block](*args)   # the first time, this compiles or loads the kernel
-            if entry is None:
-                self._entries[key] = self._entry(kernel, args)
+                # Numba warns of grids under 128 blocks; a decoder step's are small by design
+                warnings.filterwarnings("ignore", "Grid size", self._performance_warning)
+                kernel[grid, block](*args)   # compiles or loads the kernel
+            self._entries[key] = self._entry(kernel, args)
             return
         function, packers = entry
         flat = []

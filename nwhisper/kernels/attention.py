@@ -12,8 +12,10 @@ Causal: query q sees keys j <= q + q_offset (q_offset = tokens already in the KV
 scores are never computed nor read. The probabilities stay in a scratch buffer and are returned
 (word timestamps read the cross-attention weights of some heads).
 
-The CPU runs the two products on BLAS per head instead, and its softmax in between two ways,
-both tested against the portable path:
+A decoder step's self-attention on the CPU (a few queries over a row-major cache of at most 448
+keys) is attend_row: each (head, query) item does all three, in one launch. Otherwise the CPU runs
+the two products on BLAS per head, and its softmax in between two ways, both tested against the
+portable path:
 
     a few queries (a decoder step)   reduce.exp_rows over every head's rows in one launch
     many queries (the encoder)       one head at a time while its scores are in cache:
@@ -67,6 +69,51 @@ def attn_values_elem(i, p, v, out, nq, nk, width, hd, causal, q_offset):
     for j in range(m):
         acc += p[h, qi, j] * v[j, col]
     out[qi, col] = acc
+
+
+@kernel
+def attend_row(r, q, k, v, p, out, nq, nk, hd, scale, causal, q_offset):
+    """One query's whole attention in one head, r = h*nq + qi: p[h, qi, :m] = softmax(scale ·
+    q[qi] . k[j]) over the keys it sees (m: all nk, or causal j <= qi + q_offset; p[h, qi, m:] =
+    0), then out[qi, h*hd:(h+1)*hd] = Σ_j p[h, qi, j] v[j, h*hd:(h+1)*hd].
+
+    q (nq, H*hd), k and v (nk, H*hd), p (H, nq, nk), out (nq, H*hd) f32. The CPU's attention for a
+    decoder step's few queries over a short cache (the self-attention): one launch instead of the
+    ten NumPy calls of batched products, which cost ~100 µs a layer whatever the size."""
+    h = r // nq
+    qi = r - h * nq
+    base = h * hd
+    m = nk
+    if causal:
+        m = min(nk, qi + q_offset + 1)
+    qh = q[qi, base:base + hd]             # row views: see attn_scores_int8_row
+    ph = p[h, qi]
+    top = np.float32(-math.inf)
+    for j in range(m):
+        key = k[j, base:base + hd]
+        acc = np.float32(0.0)
+        for c in range(hd):
+            acc += qh[c] * key[c]
+        ph[j] = acc
+        top = acc if acc > top else top
+    total = np.float32(0.0)
+    for j in range(m):
+        e = math.exp((ph[j] - top) * scale)
+        ph[j] = e
+        total += e
+    inv = np.float32(1.0) / total
+    for j in range(m):
+        ph[j] *= inv
+    for j in range(m, nk):
+        ph[j] = np.float32(0.0)
+    o = out[qi, base:base + hd]
+    for c in range(hd):
+        o[c] = np.float32(0.0)
+    for j in range(m):
+        w = ph[j]
+        value = v[j, base:base + hd]
+        for c in range(hd):
+            o[c] += w * value[c]
 
 
 class Int8Heads:
@@ -178,6 +225,9 @@ def attention_int8_kv(be, q, k, v, out, p, weights):
 # Up to this many queries the CPU's softmax is one launch over every head (a decoder step);
 # above, one per head while its scores are in cache.
 FEW_QUERIES = 8
+# ... and up to this many row-major keys (a decoder's self-attention cache: at most n_text_ctx)
+# the whole attention is attend_row; the cross-attention's 1500 head-major keys stay on BLAS.
+SHORT_KEYS = 448
 
 
 def attention(be, q, k, v, out, n_head, causal=False, q_offset=0, weights=True, int8=False):
@@ -200,6 +250,12 @@ def attention(be, q, k, v, out, n_head, causal=False, q_offset=0, weights=True, 
     elif be.name != "cpu":
         if not be.attention_fast(q, k, v, out, p, causal, q_offset):
             attention_portable(be, q, k, v, out, p, causal, q_offset)
+    elif nq <= FEW_QUERIES and k.ndim == 2 and nk <= SHORT_KEYS:
+        n_head = p.shape[0]
+        hd = q.shape[1] // n_head
+        be.launch(attend_row, n_head * nq, q, k, v, p, out, nq, nk, hd,
+                  np.float32(1.0 / math.sqrt(hd)), causal, q_offset,
+                  work=n_head * nq * nk * hd // 32)  # two vectorised passes over the keys
     else:
         attention_blas(be, q, k, v, out, n_head, p, causal, q_offset,
                        int8 and p is None and not causal and gemm_int8.available())
