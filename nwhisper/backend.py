@@ -24,7 +24,7 @@ import numpy as np
 from numba.core import config as numba_config
 
 from nwhisper.kernels import _compile, gemm_int8
-from nwhisper.kernels.elementwise import fill_elem
+from nwhisper.kernels.elementwise import add_elem, fill_elem
 from nwhisper.kernels.matmul import Int8Weight, linear_elem, quantize_int8
 from nwhisper.kernels.norm import layernorm_row
 from nwhisper.kernels.reduce import softmax_row
@@ -107,6 +107,14 @@ class Backend:
     def flat(self, a):
         """`a` as one dimension (an elementwise kernel's view)."""
         return a.reshape(-1)
+
+    def gemm_add(self, x, w, out, bias=None):
+        """out += x @ w.T (+ bias), as gemm into a scratch buffer and add_elem; a backend may fuse
+        the two."""
+        tmp = self.scratch("gemm_add", out.shape)
+        self.gemm(x, w, tmp, bias)
+        self.launch(add_elem, out.size, self.flat(out), self.flat(tmp), self.flat(out),
+                    work=out.size)
 
     def heads(self, x, n_head):
         """Keys or values (n, H*hd) that many queries will attend to, in the layout this
@@ -316,6 +324,16 @@ class CudaBackend(Backend):
             self._fast.gemm(self.run, x, w, self._none if bias is None else bias, out)
         else:
             self._linear_body(x, w, out, bias)
+
+    def gemm_add(self, x, w, out, bias=None):
+        """As Backend.gemm_add; with fast paths the GEMM or GEMV adds its result to out itself
+        (one launch, where a decoder step's launches are what it costs)."""
+        if isinstance(w, Int8Weight) and x.shape[0] > self.GEMV_ROWS:
+            w = w.full
+        if self.fast_paths and not isinstance(w, Int8Weight):
+            self._fast.gemm(self.run, x, w, self._none if bias is None else bias, out, accumulate=True)
+        else:
+            super().gemm_add(x, w, out, bias)
 
     def softmax_rows(self, x, scale=1.0, nq=1, causal=False, q_offset=0):
         """As Backend.softmax_rows; with fast paths one block of threads per row."""

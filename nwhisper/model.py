@@ -62,6 +62,10 @@ class _Linear:
         K.linear(be, x, self.w, self.b, out)
         return out
 
+    def add_to(self, be, x, out):
+        """out += x·Wᵀ (+ b): the residual stream's update (one fused launch where it can be)."""
+        K.linear_add(be, x, self.w, self.b, out)
+
 
 class _LayerNorm:
     def __init__(self, be, ck, name):
@@ -319,8 +323,7 @@ class Whisper:
                 K.kv_write(be, state.self_v[i][b], pos, v[b:b + 1])
                 K.attention(be, q[b:b + 1], state.self_k[i][b][:pos + 1], state.self_v[i][b][:pos + 1],
                             a[b:b + 1], d.n_text_head)
-            o = blk.attn.out(be, a, s.get("o", n, width))
-            K.add(be, x, o, x)
+            blk.attn.out.add_to(be, a, x)
             self._cross_attention(blk, x, n, state, i)
             self._mlp(blk, x, n)
         hh = s.get("dh", n, width)
@@ -387,8 +390,7 @@ class Whisper:
             a = s.get("a", n, width)
             K.attention(be, q, state.self_k[i][:pos + n], state.self_v[i][:pos + n], a, heads,
                         causal=True, q_offset=pos)
-        o = blk.attn.out(be, a, s.get("o", n, width))
-        K.add(be, x, o, x)
+        blk.attn.out.add_to(be, a, x)
 
     def _cross_attention(self, blk, x, n, state, i, weights=False):
         """x += out_proj(attention(LN(x)) over the window's cross K/V); returns the attention
@@ -399,8 +401,7 @@ class Whisper:
         a = s.get("a", n, width)
         p = K.attention(be, q, state.cross_k[i], state.cross_v[i], a, self.dims.n_text_head,
                         weights=weights)
-        o = blk.cross.out(be, a, s.get("o", n, width))
-        K.add(be, x, o, x)
+        blk.cross.out.add_to(be, a, x)
         return p
 
     def _mlp(self, blk, x, n):
@@ -408,5 +409,4 @@ class Whisper:
         h = blk.mlp_ln(be, x, s.get("h", n, width))
         f = blk.fc1(be, h, s.get("f", n, blk.fc1.n_out))
         K.gelu(be, f, f)
-        o = blk.fc2(be, f, s.get("o", n, width))
-        K.add(be, x, o, x)
+        blk.fc2.add_to(be, f, x)

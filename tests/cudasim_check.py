@@ -118,6 +118,13 @@ def linear(be, x, w, bias):
     return [be.download(out)]
 
 
+def linear_add(be, x, w, bias, residual):
+    """out += x @ w.T + bias (CUDA fast paths: the GEMV's or GEMM's epilogue adds)."""
+    out = be.upload(residual.copy())
+    K.linear_add(be, be.upload(x), be.weight(w), None if bias is None else be.upload(bias), out)
+    return [be.download(out)]
+
+
 def linear_portable(be, x, w, bias):
     """The portable body, for the fast paths' sake (the CPU side of this case runs BLAS)."""
     out = be.empty((x.shape[0], w.shape[0]))
@@ -249,6 +256,8 @@ CASES = [
     ("attention_prompt_causal", attention, (rand(9, 16), rand(11, 16), rand(11, 16), 2, True, 2)),
     ("attention_causal_portable", attention_portable, (rand(3, 16), rand(7, 16), rand(7, 16), 2, True, 4)),
     ("attend_row_causal", attend_row, (rand(3, 16), rand(7, 16), rand(7, 16), 2, True, 4)),
+    ("linear_add_gemv", linear_add, (rand(2, 21), rand(18, 21), rand(18), rand(2, 18))),
+    ("linear_add_tiled_f16", linear_add, (rand(17, 35), rand(33, 35, dtype=np.float16), None, rand(17, 33))),
 ]
 
 
@@ -332,9 +341,9 @@ def compile_ptx(signatures_path):
     for wtype in (types.float32, types.float16):
         w = types.Array(wtype, 2, "C")
         jobs.append((f"gemm_tiled({wtype})", _cuda_fast.gemm_tiled.py_func,
-                     (f32, w, vec, f32, types.int64, types.int64, types.int64), False))
+                     (f32, w, vec, f32, types.int64, types.int64, types.int64, types.boolean), False))
         jobs.append((f"gemv({wtype})", _cuda_fast.gemv.py_func,
-                     (f32, w, vec, f32, types.int64, types.int64), False))
+                     (f32, w, vec, f32, types.int64, types.int64, types.boolean), False))
     jobs.append(("softmax_rows", _cuda_fast.softmax_rows.py_func,
                  (f32, types.int64, types.float32, types.int64, types.boolean, types.int64), False))
     f32_3 = types.Array(types.float32, 3, "C")

@@ -7,7 +7,7 @@ from `nwhisper.backend`. Shapes are in each op's docstring; activations are floa
     reduce.py       softmax_rows, exp_rows,    elementwise.py  add, scale, fill, kv_write,
                     argmax                                     to_f32, add_rows, embed
     conv.py         conv1d (im2col + GEMM)     attention.py    attention (returns the weights)
-    matmul.py       linear, logits (GEMM; int8 weights: Int8Weight)
+    matmul.py       linear, linear_add, logits (GEMM; int8 weights: Int8Weight)
 
 A kernel body is a function decorated with `@kernel` in one of those modules (see _compile.py for
 how it becomes a CPU and a CUDA launcher; `python -m nwhisper.kernels` rewrites the generated
@@ -23,9 +23,9 @@ from nwhisper.kernels.activation import gelu
 from nwhisper.kernels.attention import attention
 from nwhisper.kernels.conv import conv1d
 from nwhisper.kernels.elementwise import add, add_rows, embed, fill, kv_write, scale, to_f32
-from nwhisper.kernels.matmul import linear, logits
+from nwhisper.kernels.matmul import linear, linear_add, logits
 from nwhisper.kernels.norm import layernorm
 from nwhisper.kernels.reduce import argmax, exp_rows, softmax_rows
 
 __all__ = ["add", "add_rows", "argmax", "attention", "conv1d", "embed", "exp_rows", "fill", "gelu",
-           "kv_write", "layernorm", "linear", "logits", "scale", "softmax_rows", "to_f32"]
+           "kv_write", "layernorm", "linear", "linear_add", "logits", "scale", "softmax_rows", "to_f32"]

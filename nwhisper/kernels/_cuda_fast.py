@@ -43,8 +43,9 @@ ATTEND_MAX_ROWS = 4   # the backend uses attend_rows up to this many queries
 
 
 @cuda.jit(cache=True)
-def gemm_tiled(x, w, bias, out, n, n_in, n_out):
-    """Block (bx, by) of TILE x TILE threads computes out[by*TILE + ty, bx*TILE + tx]."""
+def gemm_tiled(x, w, bias, out, n, n_in, n_out, accumulate):
+    """Block (bx, by) of TILE x TILE threads computes out[by*TILE + ty, bx*TILE + tx] (adds it to
+    what is there when `accumulate`)."""
     xs = cuda.shared.array((TILE, TILE_ROW), float32)  # a shape must be constants, not TILE + 1
     ws = cuda.shared.array((TILE, TILE_ROW), float32)
     tx = cuda.threadIdx.x
@@ -64,12 +65,13 @@ def gemm_tiled(x, w, bias, out, n, n_in, n_out):
     if r < n and o < n_out:
         if bias.shape[0] > 0:
             acc += np.float32(bias[o])
-        out[r, o] = acc
+        out[r, o] = out[r, o] + acc if accumulate else acc
 
 
 @cuda.jit(cache=True)
-def gemv(x, w, bias, out, n_in, n_out):
-    """Block (bx, r) of GEMV_LANES x GEMV_OUTS threads computes out[r, bx*GEMV_OUTS + ty]."""
+def gemv(x, w, bias, out, n_in, n_out, accumulate):
+    """Block (bx, r) of GEMV_LANES x GEMV_OUTS threads computes out[r, bx*GEMV_OUTS + ty] (adds
+    it to what is there when `accumulate`)."""
     part = cuda.shared.array((GEMV_OUTS, GEMV_LANES), float32)
     lane = cuda.threadIdx.x
     ty = cuda.threadIdx.y
@@ -91,7 +93,7 @@ def gemv(x, w, bias, out, n_in, n_out):
         acc = part[ty, 0]
         if bias.shape[0] > 0:
             acc += np.float32(bias[o])
-        out[r, o] = acc
+        out[r, o] = out[r, o] + acc if accumulate else acc
 
 
 @cuda.jit(cache=True)
@@ -327,13 +329,14 @@ def softmax(launch, x, scale, nq, causal, q_offset):
     launch(softmax_rows, x.shape[0], SOFTMAX_THREADS, x, x.shape[1], scale, nq, causal, q_offset)
 
 
-def gemm(launch, x, w, bias, out):
-    """out = x @ w.T + bias on the device; bias a (0,) array for none."""
+def gemm(launch, x, w, bias, out, accumulate=False):
+    """out = x @ w.T + bias on the device (out += ... when `accumulate`); bias a (0,) array for
+    none."""
     n, n_in = x.shape
     n_out = w.shape[0]
     if n <= GEMV_MAX_ROWS:
         grid = ((n_out + GEMV_OUTS - 1) // GEMV_OUTS, n)
-        launch(gemv, grid, (GEMV_LANES, GEMV_OUTS), x, w, bias, out, n_in, n_out)
+        launch(gemv, grid, (GEMV_LANES, GEMV_OUTS), x, w, bias, out, n_in, n_out, accumulate)
     else:
         grid = ((n_out + TILE - 1) // TILE, (n + TILE - 1) // TILE)
-        launch(gemm_tiled, grid, (TILE, TILE), x, w, bias, out, n, n_in, n_out)
+        launch(gemm_tiled, grid, (TILE, TILE), x, w, bias, out, n, n_in, n_out, accumulate)

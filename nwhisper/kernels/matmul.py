@@ -80,6 +80,12 @@ def linear(be, x, w, bias, out):
     be.gemm(x, w, out, bias)
 
 
+def linear_add(be, x, w, bias, out):
+    """out += x @ w.T + bias: a projection added to the residual stream it feeds (a block's
+    attention output and second MLP layer); as linear, then add."""
+    be.gemm_add(x, w, out, bias)
+
+
 def logits(be, x, table, out):
     """out = x @ table.T: the decoder's tied output projection; table (V, d) from be.weight or
     be.weight_int8."""
