@@ -321,8 +321,8 @@ class Whisper:
             for b in range(n):
                 K.kv_write(be, state.self_k[i][b], pos, k[b:b + 1])
                 K.kv_write(be, state.self_v[i][b], pos, v[b:b + 1])
-                K.attention(be, q[b:b + 1], state.self_k[i][b][:pos + 1], state.self_v[i][b][:pos + 1],
-                            a[b:b + 1], d.n_text_head)
+                K.attention(be, q[b:b + 1], state.self_k[i][b], state.self_v[i][b], a[b:b + 1],
+                            d.n_text_head, n_keys=pos + 1)
             blk.attn.out.add_to(be, a, x)
             self._cross_attention(blk, x, n, state, i)
             self._mlp(blk, x, n)
@@ -388,8 +388,8 @@ class Whisper:
             blk.attn.k(be, h, state.self_k[i][pos:pos + n])   # projected straight into the cache
             blk.attn.v(be, h, state.self_v[i][pos:pos + n])
             a = s.get("a", n, width)
-            K.attention(be, q, state.self_k[i][:pos + n], state.self_v[i][:pos + n], a, heads,
-                        causal=True, q_offset=pos)
+            K.attention(be, q, state.self_k[i], state.self_v[i], a, heads, causal=True, q_offset=pos,
+                        n_keys=pos + n)
         blk.attn.out.add_to(be, a, x)
 
     def _cross_attention(self, blk, x, n, state, i, weights=False):

@@ -153,6 +153,14 @@ def attention(be, q, k, v, n_head, causal, q_offset):
     return [be.download(out), be.download(p)]
 
 
+def attention_cache(be, q, k, v, n_head, q_offset):
+    """A decoder's call: the whole KV cache (rows past its length hold garbage) and n_keys."""
+    out = be.empty(q.shape)
+    p = K.attention(be, be.upload(q), be.upload(k), be.upload(v), out, n_head, True, q_offset,
+                    n_keys=q_offset + q.shape[0])
+    return [be.download(out), be.download(p)]
+
+
 def attention_portable(be, q, k, v, n_head, causal, q_offset):
     """The three portable launches, for the fast paths' sake (the CPU side of this case runs BLAS)."""
     from nwhisper.kernels.attention import attention_portable as portable
@@ -256,6 +264,8 @@ CASES = [
     ("attention_prompt_causal", attention, (rand(9, 16), rand(11, 16), rand(11, 16), 2, True, 2)),
     ("attention_causal_portable", attention_portable, (rand(3, 16), rand(7, 16), rand(7, 16), 2, True, 4)),
     ("attend_row_causal", attend_row, (rand(3, 16), rand(7, 16), rand(7, 16), 2, True, 4)),
+    ("attention_cache_step", attention_cache, (rand(1, 16), rand(12, 16) * 50, rand(12, 16) * 50, 2, 6)),
+    ("attention_cache_prompt", attention_cache, (rand(6, 16), rand(15, 16) * 50, rand(15, 16) * 50, 2, 3)),
     ("linear_add_gemv", linear_add, (rand(2, 21), rand(18, 21), rand(18), rand(2, 18))),
     ("linear_add_tiled_f16", linear_add, (rand(17, 35), rand(33, 35, dtype=np.float16), None, rand(17, 33))),
 ]

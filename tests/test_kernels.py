@@ -322,6 +322,23 @@ def test_attention(be, rng, nq, nk, n_head, causal, q_offset):
         check("attention without weights, out", out_now, want_out)
 
 
+@pytest.mark.parametrize("nq,q_offset", [(1, 9), (6, 4)])
+def test_attention_over_a_whole_cache_with_n_keys(be, rng, nq, q_offset):
+    """A KV cache passed whole with its filled length: the same as its filled rows passed alone,
+    whatever the rows past it hold."""
+    n_head, d, n_ctx = 2, 32, 40
+    nk = q_offset + nq
+    q, cache_k, cache_v = rand(rng, nq, d), rand(rng, n_ctx, d) * 50, rand(rng, n_ctx, d) * 50
+    want = be.empty((nq, d))
+    K.attention(be, q, cache_k[:nk].copy(), cache_v[:nk].copy(), want, n_head, causal=True,
+                q_offset=q_offset)
+    got = be.empty((nq, d))
+    p = K.attention(be, be.upload(q), be.upload(cache_k), be.upload(cache_v), got, n_head,
+                    causal=True, q_offset=q_offset, n_keys=nk)
+    assert p.shape == (n_head, nq, nk)
+    check("attention with n_keys, out", got, be.download(want))
+
+
 def test_exp_rows(be, rng):
     """The encoder softmax's exponential (2^floor · polynomial) against float64 exp: relative
     error ≤ 3e-6 where exp(t) ≥ 2^-20 of the row's max, masked (-inf) entries exactly 0."""

@@ -230,7 +230,8 @@ FEW_QUERIES = 8
 SHORT_KEYS = 448
 
 
-def attention(be, q, k, v, out, n_head, causal=False, q_offset=0, weights=True, int8=False):
+def attention(be, q, k, v, out, n_head, causal=False, q_offset=0, weights=True, int8=False,
+              n_keys=None):
     """out = softmax(q k^T / sqrt(hd) [causal mask]) v per head.
 
     q (nq, H*hd), k and v (nk, H*hd), out (nq, H*hd) f32, all row-contiguous (a KV cache is passed
@@ -241,8 +242,14 @@ def attention(be, q, k, v, out, n_head, causal=False, q_offset=0, weights=True, 
     int8=True (compute_type "int8"; the encoder): where the CPU's int8 GEMM runs, the scores of
     many queries are an int8 product (queries and keys quantised per row, as SageAttention does;
     the probabilities' product with the values stays f32).
+    n_keys: only k's and v's first n_keys rows are keys (a whole row-major KV cache passed with
+    its filled length: slicing a CUDA device array costs ~20 µs of Python, and a step would
+    slice every layer's cache twice).
     """
-    nq, nk = q.shape[0], k.shape[k.ndim - 2]  # (nk, width) or head-major (H, nk, hd)
+    if n_keys is not None and be.name == "cpu":
+        k, v, n_keys = k[:n_keys], v[:n_keys], None   # NumPy's views are cheap; BLAS wants them
+    nq = q.shape[0]
+    nk = k.shape[k.ndim - 2] if n_keys is None else n_keys  # (nk, width) or head-major (H, nk, hd)
     keep = weights or be.name != "cpu" or nq <= FEW_QUERIES or isinstance(k, Int8Heads)
     p = be.scratch("attention.p", (n_head, nq, nk)) if keep else None
     if isinstance(k, Int8Heads):
