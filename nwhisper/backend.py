@@ -10,7 +10,9 @@ BLAS. Numba has no float16 on the CPU and NumPy no float16 BLAS, so f16 data is 
 once, when it is uploaded or prepared as a weight.
 
 CudaBackend: arrays are numba.cuda device arrays; a kernel body runs as a CUDA grid, one thread
-per work item; f16 weights stay f16 on the device and are widened where they are read. With
+per work item; f16 weights stay f16 on the device and are widened where they are read. The
+GEMMs, softmax, layernorm and attention have block-per-row fast paths (kernels/_cuda_fast.py),
+and every launch goes through kernels/_cuda_launch.py, a fraction of Numba's per-call cost. With
 NUMBA_ENABLE_CUDASIM=1 (set before numba is imported) it runs on Numba's CUDA simulator.
 """
 
