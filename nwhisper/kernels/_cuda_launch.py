@@ -82,8 +82,15 @@ class Launcher:
         self._configs = {}   # (grid, block) -> LaunchConfig
 
     def _key(self, v):
+        """What selects the compiled kernel for argument v: a device array's dtype, ndim and
+        layout (plain values, kept on the array: hashing Numba's type objects was ~600 calls a
+        decoder step), a scalar's Python type."""
         if isinstance(v, self._device_array):
-            return v._numba_type_  # cached on the array: its dtype, ndim and layout
+            key = v.__dict__.get("_nw_launch_key")
+            if key is None:
+                ty = v._numba_type_
+                key = v.__dict__["_nw_launch_key"] = (v.dtype.str, ty.ndim, ty.layout)
+            return key
         return type(v)
 
     def _entry(self, kernel, args):
