@@ -26,7 +26,7 @@ import numpy as np
 from numba.core import config as numba_config
 
 from nwhisper.kernels import _compile, gemm_int8
-from nwhisper.kernels.elementwise import add_elem, fill_elem
+from nwhisper.kernels.elementwise import add, fill_elem
 from nwhisper.kernels.matmul import Int8Weight, linear_elem, quantize_int8
 from nwhisper.kernels.norm import layernorm_row
 from nwhisper.kernels.reduce import softmax_row
@@ -115,8 +115,7 @@ class Backend:
         the two."""
         tmp = self.scratch("gemm_add", out.shape)
         self.gemm(x, w, tmp, bias)
-        self.launch(add_elem, out.size, self.flat(out), self.flat(tmp), self.flat(out),
-                    work=out.size)
+        add(self, out, tmp, out)
 
     def heads(self, x, n_head):
         """Keys or values (n, H*hd) that many queries will attend to, in the layout this
@@ -313,25 +312,25 @@ class CudaBackend(Backend):
             a = np.asarray(a, np.float32)
         return self.upload(a)
 
+    def _matrix(self, x, w):
+        """What gemm multiplies x by: an Int8Weight's int8 rows (the Int8Weight itself, read by
+        linear_elem) up to GEMV_ROWS rows of x, its full matrix above; any other weight as is."""
+        return w.full if isinstance(w, Int8Weight) and x.shape[0] > self.GEMV_ROWS else w
+
     def gemm(self, x, w, out, bias=None):
         """out[n, o] = x[n, i] @ w[o, i].T (+ bias[o]): a tiled GEMM, or a GEMV for a few rows
-        (kernels/_cuda_fast.py); without fast paths the portable body matmul.linear_elem.
-        An Int8Weight runs linear_elem for up to GEMV_ROWS rows and its full matrix above."""
-        if isinstance(w, Int8Weight):
-            if x.shape[0] <= self.GEMV_ROWS:
-                self._linear_body(x, w, out, bias)
-                return
-            w = w.full
-        if self.fast_paths:
+        (kernels/_cuda_fast.py); without fast paths, or for int8 rows, the portable body
+        matmul.linear_elem."""
+        w = self._matrix(x, w)
+        if self.fast_paths and not isinstance(w, Int8Weight):
             self._fast.gemm(self.run, x, w, self._none if bias is None else bias, out)
         else:
             self._linear_body(x, w, out, bias)
 
     def gemm_add(self, x, w, out, bias=None):
-        """As Backend.gemm_add; with fast paths the GEMM or GEMV adds its result to out itself
-        (one launch, where a decoder step's launches are what it costs)."""
-        if isinstance(w, Int8Weight) and x.shape[0] > self.GEMV_ROWS:
-            w = w.full
+        """As Backend.gemm_add; where gemm runs a fast path, that GEMM or GEMV adds its result to
+        out itself (one launch, where a decoder step's launches are what it costs)."""
+        w = self._matrix(x, w)
         if self.fast_paths and not isinstance(w, Int8Weight):
             self._fast.gemm(self.run, x, w, self._none if bias is None else bias, out, accumulate=True)
         else:

@@ -104,28 +104,15 @@ class _Block:
 
 
 class Scratch:
-    """Activation buffers reused across calls, allocated at their largest size once.
-
-    Calls take row-slices `[:n]` of them, so a decode step of one token and a prompt of four
-    use the same memory and the hot loop never allocates."""
+    """Activation buffers reused across calls: the backend's scratch (Backend.scratch), under
+    names of the model's. A decode step of one token and a prompt of four use the same memory,
+    and the hot loop neither allocates nor, once it has seen a shape, slices."""
 
     def __init__(self, be):
         self.be = be
-        self.bufs = {}
-        self.views = {}  # (name, rows) -> b[:rows]: slicing a CUDA device array is costly Python
 
     def get(self, name, rows, cols, dtype=np.float32):
-        view = self.views.get((name, rows))
-        if view is not None and view.shape[1] == cols and view.dtype == dtype:
-            return view
-        b = self.bufs.get(name)
-        if b is None or b.shape[0] < rows or b.shape[1] != cols or b.dtype != dtype:
-            b = self.bufs[name] = self.be.empty((rows, cols), dtype)
-            self.views = {k: v for k, v in self.views.items() if k[0] != name}
-        if len(self.views) >= 512:  # row counts are few in practice; keep it bounded anyway
-            self.views.clear()
-        view = self.views[(name, rows)] = b[:rows]
-        return view
+        return self.be.scratch("model." + name, (rows, cols), dtype)
 
 
 class DecoderState:

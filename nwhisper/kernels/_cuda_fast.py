@@ -148,32 +148,27 @@ def layernorm_rows(x, w, b, out, n, eps):
     red = cuda.shared.array(ROW_THREADS, float32)
     r = cuda.blockIdx.x
     t = cuda.threadIdx.x
-    acc = np.float32(0.0)
-    for c in range(t, n, ROW_THREADS):
-        acc += x[r, c]
-    red[t] = acc
-    cuda.syncthreads()
-    step = ROW_THREADS // 2
-    while step > 0:
-        if t < step:
-            red[t] += red[t + step]
+    mean = np.float32(0.0)
+    var = np.float32(0.0)
+    for stage in range(2):  # the sum (mean is 0: d is x), then the squared deviations
+        acc = np.float32(0.0)
+        for c in range(t, n, ROW_THREADS):
+            d = x[r, c] - mean
+            acc += d if stage == 0 else d * d
+        red[t] = acc
         cuda.syncthreads()
-        step //= 2
-    mean = red[0] / np.float32(n)
-    cuda.syncthreads()  # every thread has read red[0] before it is reused
-    acc = np.float32(0.0)
-    for c in range(t, n, ROW_THREADS):
-        d = x[r, c] - mean
-        acc += d * d
-    red[t] = acc
-    cuda.syncthreads()
-    step = ROW_THREADS // 2
-    while step > 0:
-        if t < step:
-            red[t] += red[t + step]
-        cuda.syncthreads()
-        step //= 2
-    inv = np.float32(1.0) / math.sqrt(red[0] / np.float32(n) + eps)
+        step = ROW_THREADS // 2
+        while step > 0:
+            if t < step:
+                red[t] += red[t + step]
+            cuda.syncthreads()
+            step //= 2
+        if stage == 0:
+            mean = red[0] / np.float32(n)
+        else:
+            var = red[0] / np.float32(n)
+        cuda.syncthreads()  # every thread has read red[0] before it is reused
+    inv = np.float32(1.0) / math.sqrt(var + eps)
     for c in range(t, n, ROW_THREADS):
         out[r, c] = (x[r, c] - mean) * inv * w[c] + b[c]
 

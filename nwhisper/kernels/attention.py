@@ -79,7 +79,7 @@ def attend_row(r, q, k, v, p, out, nq, nk, hd, scale, causal, q_offset):
 
     q (nq, H*hd), k and v (nk, H*hd), p (H, nq, nk), out (nq, H*hd) f32. The CPU's attention for a
     decoder step's few queries over a short cache (the self-attention): one launch instead of the
-    ten NumPy calls of batched products, which cost ~100 µs a layer whatever the size."""
+    ten NumPy calls of batched products (measured, 64 keys: 5 µs against 10.5)."""
     h = r // nq
     qi = r - h * nq
     base = h * hd
