@@ -58,14 +58,23 @@ def synced(be, fn):
 
 
 def step_ms(model):
-    """Median ms of STEPS single-token decoder steps around POSITION (logits included)."""
+    """Median ms of STEPS single-token decoder steps around POSITION (logits included), as text;
+    on a backend that replays steps as CUDA graphs, also without them (be.graphs off)."""
     be, d = model.be, model.dims
     enc = model.encode(np.zeros((2 * d.n_audio_ctx, d.n_mels), np.float32))
-    state = model.new_state(enc)
-    model.decode(state, np.full(POSITION - STEPS // 2, TOKEN, np.int32))
-    ids = be.upload(np.array([TOKEN], np.int32))
-    times = [synced(be, lambda: model.decode(state, ids))[0] for _ in range(STEPS)]
-    return 1e3 * statistics.median(times)
+    graphs = getattr(be, "graphs", False)
+    medians = []
+    for on in ((True, False) if graphs else (graphs,)):
+        be.graphs = on
+        state = model.new_state(enc)   # a new state: a graph is kept per state
+        model.decode(state, np.full(POSITION - STEPS // 2, TOKEN, np.int32))
+        ids = np.array([TOKEN], np.int32)
+        times = [synced(be, lambda: model.decode(state, ids))[0] for _ in range(STEPS)]
+        medians.append(1e3 * statistics.median(times))
+    be.graphs = graphs
+    if graphs:
+        return f"{medians[0]:.3f} ms (CUDA graph; {medians[1]:.3f} ms launched one by one)"
+    return f"{medians[0]:.3f} ms"
 
 
 def launch_us(be, n=2000):
@@ -107,6 +116,8 @@ def kernel_times(model, top=12):
         return f"{n} {args[0].shape}x{args[1].shape}" if n in ("gemv", "gemm_tiled") else n
 
     be.run = timed(kernel_name, plain)
+    graphs = getattr(be, "graphs", False)
+    be.graphs = False   # each launch timed on its own
     try:
         mel = np.zeros((2 * d.n_audio_ctx, d.n_mels), np.float32)
         enc = model.encode(mel)
@@ -125,7 +136,7 @@ def kernel_times(model, top=12):
             for name, (count, secs) in rows[:top]:
                 print(f"    {1e3 * secs:8.3f} ms {count:5d}x  {name}", flush=True)
     finally:
-        be.run = plain
+        be.run, be.graphs = plain, graphs
 
 
 def profile_step(model, top=14):
@@ -139,7 +150,7 @@ def profile_step(model, top=14):
         print("  (the launch count: the CUDA backend only)")
     state = model.new_state(model.encode(np.zeros((2 * d.n_audio_ctx, d.n_mels), np.float32)))
     model.decode(state, np.full(POSITION - STEPS // 2, TOKEN, np.int32))
-    ids = be.upload(np.array([TOKEN], np.int32))
+    ids = np.array([TOKEN], np.int32)
     if hasattr(be, "run"):
         launches = []
         plain = be.run
@@ -219,7 +230,7 @@ def random_main(args):
         eot = d.positional_special_ids()["<|endoftext|>"]
         tokens, dt = fixed_greedy(m, enc, eot)
         print(f"{name} (random weights) on {be.name}: encoder {1e3 * enc_s:.1f} ms/window, decoder "
-              f"step {step_ms(m):.3f} ms at ~{POSITION}, {N_FIXED} greedy tokens "
+              f"step {step_ms(m)} at ~{POSITION}, {N_FIXED} greedy tokens "
               f"{1e3 * dt / N_FIXED:.3f} ms/token (host argmax), request {enc_s + dt:.3f} s",
               flush=True)
         if args.kernels:
@@ -256,7 +267,7 @@ def main():
         m.model.encode(mel)
         enc_s = statistics.median(synced(be, lambda: m.model.encode(mel))[0] for _ in range(5))
         print(f"{name} on {be.name}: load {load_s:.2f} s, encoder {1e3 * enc_s:.1f} ms/window, "
-              f"decoder step {step_ms(m.model):.3f} ms at position ~{POSITION}", flush=True)
+              f"decoder step {step_ms(m.model)} at position ~{POSITION}", flush=True)
         if args.kernels:
             kernel_times(m.model)
         if args.profile:

@@ -20,8 +20,8 @@ step() { local limit=$1 log=$2; shift 2; echo "== $* (limit ${limit}s)"; local t
          grep -v "^CASE .* ok$" "$OUT/$log" | tail -n 40; echo "== rc $rc, $((SECONDS - t)) s"; }
 
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv,noheader
-python3 -c "import sys, numpy, numba, numba_cuda; print(sys.version.split()[0], 'numpy', numpy.__version__,
-'numba', numba.__version__, 'numba-cuda', numba_cuda.__version__)"
+python3 -c "import sys, numpy, numba, numba_cuda, cuda.core; print(sys.version.split()[0], 'numpy', numpy.__version__,
+'numba', numba.__version__, 'numba-cuda', numba_cuda.__version__, 'cuda.core', cuda.core.__version__)"
 nproc; grep -m1 'model name' /proc/cpuinfo
 
 # 1. Random weights in tiny.en's and base's shapes: launch cost, encoder, decoder step, a fixed

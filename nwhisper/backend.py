@@ -27,6 +27,7 @@ from numba.core import config as numba_config
 
 from nwhisper.kernels import _compile, gemm_int8
 from nwhisper.kernels.elementwise import add, fill_elem
+from nwhisper.kernels.attention import Int8Heads
 from nwhisper.kernels.matmul import Int8Weight, linear_elem, quantize_int8
 from nwhisper.kernels.norm import layernorm_row
 from nwhisper.kernels.reduce import softmax_row
@@ -49,6 +50,7 @@ class Backend:
         self._launchers = _compile.launchers(target)
         self._fns = {}
         self._scratch = {}
+        self.scratch_generation = 0   # bumped whenever a scratch buffer is (re)allocated
 
     def _launcher(self, kernel, suffix=""):
         fn = self._fns.get((kernel, suffix))
@@ -77,6 +79,7 @@ class Backend:
             grown = size if buf is None else max(size, 2 * buf.size)
             buf, views = self.empty((max(grown, 1),), dtype), {}
             self._scratch[key] = buf, views
+            self.scratch_generation += 1
         if len(views) >= 512:  # shapes that grow by a key each step: keep the cache bounded
             views.clear()
         view = views[shape] = buf[:size].reshape(shape)
@@ -132,10 +135,26 @@ class Backend:
         """out = LayerNorm(x) row by row (kernels.norm.layernorm); the portable body here."""
         self.launch(layernorm_row, x.shape[0], x, w, b, out, x.shape[1], eps, work=x.size)
 
-    def attention_fast(self, q, k, v, out, p, causal, q_offset):
+    def attention_fast(self, q, k, v, out, p, causal, q_offset, at):
         """kernels.attention's product by this backend's own kernels; False where it has none
         (then the portable launches run)."""
         return False
+
+    def attends_at(self, nq, hd, k):
+        """Whether attention_fast would read the causal offset of nq queries over keys k from a
+        device array (kernels.attention's `at`). Here: no."""
+        return False
+
+    def write(self, dst, src):
+        """dst[...] = host array src, dst from this backend (of src's shape and dtype)."""
+        dst[...] = src
+
+    def replay(self, owner, run):
+        """run() -- launches that read whatever changes from one call to the next from device
+        memory, so that they are the same launches, with the same arguments, every time -- as
+        cheaply as this backend can repeat them; `owner` holds what the backend keeps for it and
+        lives as long as the arrays run() reads (a decoder state). Here: run() again."""
+        return run()
 
 
 class CpuBackend(Backend):
@@ -266,10 +285,17 @@ class CudaBackend(Backend):
         from nwhisper.kernels import _cuda_launch
         # run(kernel, grid, block, *args): every launch goes through it (_cuda_launch.py says why)
         self.run = _cuda_launch.launcher(self.simulator)
+        self._uncapturable = _cuda_launch.Uncapturable
+        # replay() records graphs where the launcher can (not the simulator's) and the decoder's
+        # attention reads its position on the device (the fast paths)
+        self.graphs = (self.fast_paths and getattr(self.run, "can_capture", False)
+                       and os.environ.get("NWHISPER_CUDA_GRAPHS", "1") != "0")
+        self._position_from_host = False
         if self.fast_paths:
             from nwhisper.kernels import _cuda_fast
             self._fast = _cuda_fast
         self._none = self.empty((0,), np.float32)
+        self._zero_at = self.zeros((1,), np.int32)   # attend_rows' `at` where there is none
 
     def _memory_error(self, nbytes, err):
         free, total = self._cuda.current_context().get_memory_info()
@@ -358,10 +384,58 @@ class CudaBackend(Backend):
         else:
             super().layernorm(x, w, b, out, eps)
 
-    def attention_fast(self, q, k, v, out, p, causal, q_offset):
+    def attention_fast(self, q, k, v, out, p, causal, q_offset, at):
         """kernels.attention's product on _cuda_fast.py's kernels; False when there is none for
         this case (then the portable launches run)."""
-        return self.fast_paths and self._fast.attention(self.run, q, k, v, out, p, causal, q_offset)
+        return self.fast_paths and self._fast.attention(
+            self.run, q, k, v, out, p, causal, q_offset, self._zero_at if at is None else at)
+
+    def attends_at(self, nq, hd, k):
+        """As Backend.attends_at: where attend_rows runs. Where it does not, a replay of the
+        launches being run would repeat a position taken from the host: noted, so that replay
+        does not record them."""
+        if self.fast_paths and not isinstance(k, Int8Heads) and self._fast.reads_position(nq, hd):
+            return True
+        self._position_from_host = True
+        return False
+
+    def write(self, dst, src):
+        dst.copy_to_device(src)
+
+    def replay(self, owner, run):
+        """As Backend.replay, as a CUDA graph (Launcher.capture): the first call runs run(), the
+        second records its launches and every later one replays them, one call in place of a
+        decoder step's ~60 launches (each ~10 µs of host time). The graph is kept on `owner` and
+        redone when a scratch buffer it wrote was reallocated; run() just runs where a launch
+        could not be recorded or read a position from the host (attends_at), or without graphs
+        (the simulator; NWHISPER_CUDA_GRAPHS=0)."""
+        rec = owner.__dict__.get("_nw_graph")
+        if rec is not None and rec[0] == self.scratch_generation:
+            if rec[1] is None:
+                return run()
+            self.run.replay(rec[1])
+            return rec[2]
+        if rec is None or not self.graphs:  # first call (or no graphs): run it, see what it reads
+            self._position_from_host = False
+            result = run()
+            if self._position_from_host or not self.graphs:
+                owner.__dict__["_nw_graph"] = (self.scratch_generation, None, None)
+            else:
+                owner.__dict__["_nw_graph"] = ("run once", None, None)
+            return result
+        generation = self.scratch_generation
+        try:
+            result, graph = self.run.capture(run)
+        except self._uncapturable:
+            owner.__dict__["_nw_graph"] = ("run once", None, None)   # try again next call
+            return run()
+
+        if generation != self.scratch_generation:   # it allocated: its pointers may be stale
+            owner.__dict__["_nw_graph"] = ("run once", None, None)
+            return run()
+        owner.__dict__["_nw_graph"] = (generation, graph, result)
+        self.run.replay(graph)
+        return result
 
     def launch(self, kernel, count, *args, work=None):
         """Run body `kernel(i, *args)` for i in range(count), one CUDA thread each (`work` is the

@@ -38,10 +38,23 @@ def _host(a, dtype=None):
 COMPUTE_TYPES = ("float32", "int8")
 
 
+def _stacked(ck, parts):
+    """(W, b) on the host: the weight rows of linear layers `parts` ((name, has_bias) each)
+    stacked in the checkpoint's precision, [W0; W1; …], and their biases f32 (zeros for a layer
+    without; None when no layer has one) -- several products of the same input made one."""
+    ws = [_host(ck[name + ".weight"], ck[name + ".weight"].dtype) for name, _ in parts]
+    if not any(has_bias for _, has_bias in parts):
+        return np.concatenate(ws), None
+    bs = [_host(ck[name + ".bias"]) if has_bias else np.zeros(w.shape[0], np.float32)
+          for (name, has_bias), w in zip(parts, ws)]
+    return np.concatenate(ws), np.concatenate(bs)
+
+
 class _Linear:
-    """y = x·Wᵀ (+ b). k_proj has no bias: openai-whisper built its key projections with
-    bias=False (a bias on the keys would add the same constant to every score of a query,
-    which softmax cancels), so `b` is None there.
+    """y = x·Wᵀ (+ b), of one checkpoint layer `name`, or of several stacked (`parts`, as
+    _stacked takes them: one product where they share their input). k_proj has no bias:
+    openai-whisper built its key projections with bias=False (a bias on the keys would add the
+    same constant to every score of a query, which softmax cancels), so `b` is None there.
 
     store: how W is kept — "full" (f32, for products of many rows: the encoder), "gemv" (the
     checkpoint's f16 kept where the backend reads it at the point of use: decoding's few-row
@@ -49,14 +62,14 @@ class _Linear:
     the encoder's, whose activations the CPU's int8 GEMM may quantise per row) or "int8-gemv"
     (the decoder's: its activations are never quantised, backend.weight_int8 says why)."""
 
-    def __init__(self, be, ck, name, bias=True, store="full"):
-        w = _host(ck[name + ".weight"], ck[name + ".weight"].dtype)
+    def __init__(self, be, ck, name=None, bias=True, store="full", parts=None):
+        w, b = _stacked(ck, parts or [(name, bias)])
         if store.startswith("int8"):
             self.w = be.weight_int8(w, quantized_rows=store == "int8")
         else:
             self.w = be.weight(w, gemv=store == "gemv")
-        self.b = be.upload(_host(ck[name + ".bias"])) if bias else None
-        self.n_out = ck[name + ".weight"].shape[0]
+        self.b = None if b is None else be.upload(b)
+        self.n_out = w.shape[0]
 
     def __call__(self, be, x, out):
         K.linear(be, x, self.w, self.b, out)
@@ -78,14 +91,19 @@ class _LayerNorm:
 
 
 class _Attention:
-    """q/k/v/out projections. The cross-attention's k and v are not here (kv=False): they run
+    """q/k/v/out projections. kv="apart": k and v (the encoder's, whose attention reads them as
+    they are); "stacked": one product `kv` giving [k | v] (the decoder's self-attention, whose
+    step appends them to the cache: one launch less); None: the cross-attention's, which run
     once per window, all layers in one product (Whisper.cross_kv)."""
 
-    def __init__(self, be, ck, prefix, store, kv=True):
+    def __init__(self, be, ck, prefix, store, kv="apart"):
         self.q = _Linear(be, ck, prefix + ".q_proj", store=store)
-        if kv:
+        if kv == "apart":
             self.k = _Linear(be, ck, prefix + ".k_proj", bias=False, store=store)
             self.v = _Linear(be, ck, prefix + ".v_proj", store=store)
+        elif kv == "stacked":
+            self.kv = _Linear(be, ck, store=store,
+                              parts=[(prefix + ".k_proj", False), (prefix + ".v_proj", True)])
         self.out = _Linear(be, ck, prefix + ".out_proj", store=store)
 
 
@@ -95,9 +113,9 @@ class _Block:
 
     def __init__(self, be, ck, prefix, cross, store):
         self.attn_ln = _LayerNorm(be, ck, prefix + ".self_attn_layer_norm")
-        self.attn = _Attention(be, ck, prefix + ".self_attn", store)
+        self.attn = _Attention(be, ck, prefix + ".self_attn", store, kv="stacked" if cross else "apart")
         self.cross_ln = _LayerNorm(be, ck, prefix + ".encoder_attn_layer_norm") if cross else None
-        self.cross = _Attention(be, ck, prefix + ".encoder_attn", store, kv=False) if cross else None
+        self.cross = _Attention(be, ck, prefix + ".encoder_attn", store, kv=None) if cross else None
         self.mlp_ln = _LayerNorm(be, ck, prefix + ".final_layer_norm")
         self.fc1 = _Linear(be, ck, prefix + ".fc1", store=store)
         self.fc2 = _Linear(be, ck, prefix + ".fc2", store=store)
@@ -217,13 +235,10 @@ class Whisper:
         # Every layer's cross-attention k and v weights stacked, [k0; v0; k1; v1; …]: a window's
         # cross K/V are then one (1500, 2·layers·d) product at BLAS speed instead of 2·layers
         # small ones. k_proj has no bias (zeros in its rows).
-        ws, bs = [], []
-        for i in range(d.n_text_layer):
-            name = f"model.decoder.layers.{i}.encoder_attn."
-            ws += [_host(ck[name + "k_proj.weight"]), _host(ck[name + "v_proj.weight"])]
-            bs += [np.zeros(d.n_text_state, np.float32), _host(ck[name + "v_proj.bias"])]
-        self.cross_kv_w = (be.weight_int8 if int8 else be.weight)(np.concatenate(ws))
-        self.cross_kv_b = be.upload(np.concatenate(bs))
+        w, b = _stacked(ck, [(f"model.decoder.layers.{i}.encoder_attn.{proj}", proj == "v_proj")
+                             for i in range(d.n_text_layer) for proj in ("k_proj", "v_proj")])
+        self.cross_kv_w = (be.weight_int8 if int8 else be.weight)(_host(w))
+        self.cross_kv_b = be.upload(b)
         self._cross = None  # (enc, cross_k, cross_v) of the last window
         self.scratch = Scratch(be)
 
@@ -299,15 +314,14 @@ class Whisper:
         pe = s.get("dpe", n, width)
         K.embed(be, self.dec_pos, be.upload(np.full(n, pos, np.int32)), pe)
         K.add(be, x, pe, x)
+        at = be.upload(np.array([pos], np.int32))   # kv_append's position
         for i, blk in enumerate(self.dec_blocks):
             h = blk.attn_ln(be, x, s.get("h", n, width))
             q = blk.attn.q(be, h, s.get("q", n, width))
-            k = blk.attn.k(be, h, s.get("k", n, width))
-            v = blk.attn.v(be, h, s.get("v", n, width))
+            kv = blk.attn.kv(be, h, s.get("kv", n, 2 * width))
             a = s.get("a", n, width)
             for b in range(n):
-                K.kv_write(be, state.self_k[i][b], pos, k[b:b + 1])
-                K.kv_write(be, state.self_v[i][b], pos, v[b:b + 1])
+                K.kv_append(be, kv[b:b + 1], state.self_k[i][b], state.self_v[i][b], at)
                 K.attention(be, q[b:b + 1], state.self_k[i][b], state.self_v[i][b], a[b:b + 1],
                             d.n_text_head, n_keys=pos + 1)
             blk.attn.out.add_to(be, a, x)
@@ -321,24 +335,42 @@ class Whisper:
         return logits
 
     def decode(self, state, ids, cross_weights=None, logits_for=None):
-        """Run tokens `ids` (int32 device or host array, n ≥ 1) at positions state.length… and
-        return their logits (n, n_vocab) on the device; the KV cache grows by n.
+        """Run tokens `ids` (int32, host, n ≥ 1) at positions state.length… and return their
+        logits (n, n_vocab) on the device; the KV cache grows by n.
 
         logits_for: positions within `ids` whose logits are wanted (a prompt needs one or two of
         its rows, and the vocabulary projection is the biggest product of the decoder); the
         result then has one row per position, in that order.
         cross_weights: a dict {layer: None} to fill with each listed layer's cross-attention
-        probabilities, host (n_head, n, n_audio_ctx) float32 (word timestamps)."""
-        be, d, s = self.be, self.dims, self.scratch
-        ids = be.upload(np.asarray(ids, np.int32)) if isinstance(ids, (list, tuple, np.ndarray)) else ids
-        n, width, pos = ids.shape[0], d.n_text_state, state.length
+        probabilities, host (n_head, n, n_audio_ctx) float32 (word timestamps).
+
+        The position travels to the device with the ids (`tokens`, [position, ids…]) and every
+        kernel that needs it reads it there: the launches of a one-token step are then the same
+        at every position, and a backend may replay them (be.replay: a CUDA graph)."""
+        be, d = self.be, self.dims
+        ids = np.asarray(ids if isinstance(ids, (list, tuple, np.ndarray)) else be.download(ids), np.int32)
+        n, pos = ids.shape[0], state.length
         if pos + n > d.n_text_ctx:
             raise ValueError(f"decoder context is {d.n_text_ctx} tokens; {pos} + {n} do not fit")
+        tokens = be.scratch("model.tokens", (1 + n,), np.int32)
+        be.write(tokens, np.concatenate([[pos], ids]).astype(np.int32))
+
+        def run():
+            return self._forward(state, tokens, n, cross_weights, logits_for)
+
+        step = n == 1 and cross_weights is None and logits_for is None
+        logits = be.replay(state, run) if step else run()
+        state.length += n
+        return logits
+
+    def _forward(self, state, tokens, n, cross_weights, logits_for):
+        """decode's launches, for the n tokens of device `tokens` (decode says what it holds)."""
+        be, d, s = self.be, self.dims, self.scratch
+        width = d.n_text_state
         x = s.get("dx", n, width)
-        K.embed(be, self.tok_emb, ids, x)
-        K.add_rows(be, x, self.dec_pos, pos)
+        K.embed_at(be, self.tok_emb, self.dec_pos, tokens, x)
         for i, blk in enumerate(self.dec_blocks):
-            self._self_attention(blk, x, n, (state, i))
+            self._self_attention(blk, x, n, (state, i, tokens))
             if cross_weights is not None and i in cross_weights:
                 cross_weights[i] = be.download(self._cross_attention(blk, x, n, state, i, True))
             else:
@@ -352,14 +384,15 @@ class Whisper:
         self.dec_ln(be, x, h)
         logits = s.get("logits", n, d.n_vocab)
         K.logits(be, h, self.out_proj, logits)
-        state.length += ids.shape[0]
         return logits
 
     # ---------------------------------------------------------------- the three sublayers
     def _self_attention(self, blk, x, n, cache):
         """x += out_proj(attention(LN(x))). Encoder: non-causal over its own n rows. Decoder
-        (`cache` = (state, layer)): this call's keys/values are appended to the layer's KV
-        cache, and query i attends to every cached key up to its own position."""
+        (`cache` = (state, layer, tokens)): this call's keys/values are appended to the layer's
+        KV cache at the position in tokens[0], and query i attends to every cached key up to its
+        own position (the backend reads it from tokens where it can: the host's `state.length`
+        is the same number)."""
         be, s, width = self.be, self.scratch, x.shape[1]
         heads = self.dims.n_text_head if cache else self.dims.n_audio_head
         h = blk.attn_ln(be, x, s.get("h", n, width))
@@ -370,13 +403,13 @@ class Whisper:
             a = s.get("a", n, width)
             K.attention(be, q, k, v, a, heads, weights=False, int8=self.compute_type == "int8")
         else:
-            state, i = cache
+            state, i, tokens = cache
             pos = state.length
-            blk.attn.k(be, h, state.self_k[i][pos:pos + n])   # projected straight into the cache
-            blk.attn.v(be, h, state.self_v[i][pos:pos + n])
+            kv = blk.attn.kv(be, h, s.get("kv", n, 2 * width))
+            K.kv_append(be, kv, state.self_k[i], state.self_v[i], tokens)
             a = s.get("a", n, width)
             K.attention(be, q, state.self_k[i], state.self_v[i], a, heads, causal=True, q_offset=pos,
-                        n_keys=pos + n)
+                        n_keys=pos + n, at=tokens)
         blk.attn.out.add_to(be, a, x)
 
     def _cross_attention(self, blk, x, n, state, i, weights=False):

@@ -161,6 +161,30 @@ def attention_cache(be, q, k, v, n_head, q_offset):
     return [be.download(out), be.download(p)]
 
 
+def attention_at(be, q, k, v, n_head, q_offset):
+    """A decoder call whose position the device may read (`at`, as decode's tokens): CUDA's
+    attend_rows then attends over the whole cache, masked, its p a column per cache row, zero
+    past the position; the CPU slices n_keys. Compared up to n_keys."""
+    out = be.empty(q.shape)
+    at = be.upload(np.array([q_offset, 77], np.int32))
+    n = q_offset + q.shape[0]
+    p = be.download(K.attention(be, be.upload(q), be.upload(k), be.upload(v), out, n_head, True,
+                                q_offset, n_keys=n, at=at))
+    assert p.shape[2] in (n, k.shape[0]) and not p[..., n:].any(), p.shape
+    return [be.download(out), p[..., :n]]
+
+
+def embed_append(be, table, pos_table, ids, kv):
+    """A decoder call's embeddings (embed_at: token ids and position from one device array) and
+    its keys and values appended to a cache at that position (kv_append)."""
+    tokens = be.upload(np.concatenate([[2], ids]).astype(np.int32))
+    out = be.empty((ids.shape[0], table.shape[1]))
+    K.embed_at(be, be.weight(table, gemv=True), be.upload(pos_table), tokens, out)
+    cache_k, cache_v = be.zeros((6, kv.shape[1] // 2)), be.zeros((6, kv.shape[1] // 2))
+    K.kv_append(be, be.upload(kv), cache_k, cache_v, tokens)
+    return [be.download(out), be.download(cache_k), be.download(cache_v)]
+
+
 def attention_portable(be, q, k, v, n_head, causal, q_offset):
     """The three portable launches, for the fast paths' sake (the CPU side of this case runs BLAS)."""
     from nwhisper.kernels.attention import attention_portable as portable
@@ -266,6 +290,10 @@ CASES = [
     ("attend_row_causal", attend_row, (rand(3, 16), rand(7, 16), rand(7, 16), 2, True, 4)),
     ("attention_cache_step", attention_cache, (rand(1, 16), rand(12, 16) * 50, rand(12, 16) * 50, 2, 6)),
     ("attention_cache_prompt", attention_cache, (rand(6, 16), rand(15, 16) * 50, rand(15, 16) * 50, 2, 3)),
+    ("attention_at_step", attention_at, (rand(1, 16), rand(12, 16) * 50, rand(12, 16) * 50, 2, 6)),
+    ("attention_at_prompt", attention_at, (rand(3, 16), rand(15, 16) * 50, rand(15, 16) * 50, 2, 4)),
+    ("embed_append", embed_append, (rand(10, 8, dtype=np.float16), rand(7, 8), np.array([9, 0, 4], np.int32),
+                                    rand(3, 16))),
     ("linear_add_gemv", linear_add, (rand(2, 21), rand(18, 21), rand(18), rand(2, 18))),
     ("linear_add_tiled_f16", linear_add, (rand(17, 35), rand(33, 35, dtype=np.float16), None, rand(17, 33))),
 ]
@@ -360,7 +388,8 @@ def compile_ptx(signatures_path):
     i64 = types.int64
     jobs.append(("layernorm_rows", _cuda_fast.layernorm_rows.py_func, (f32, vec, vec, f32, i64, types.float32), False))
     jobs.append(("attend_rows", _cuda_fast.attend_rows.py_func,
-                 (f32, f32, f32, f32_3, f32, i64, i64, i64, types.float32, types.boolean, i64), False))
+                 (f32, f32, f32, f32_3, f32, i64, i64, i64, types.float32, types.boolean, i64,
+                  types.Array(types.int32, 1, "C")), False))
     jobs.append(("scores_tiled", _cuda_fast.scores_tiled.py_func, (f32, f32, f32_3, i64, i64, i64), False))
     jobs.append(("values_tiled", _cuda_fast.values_tiled.py_func, (f32_3, f32, f32, i64, i64, i64), False))
     report = {"compiled": 0, "f64": [], "errors": {},

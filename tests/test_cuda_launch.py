@@ -1,4 +1,4 @@
-"""kernels/_cuda_launch.py's argument layout against numba-cuda's own, without a GPU.
+"""kernels/_cuda_launch.py without a GPU: its argument layout against numba-cuda's own, its graphs.
 
 The Launcher passes a kernel's arguments the way numba-cuda's `_Kernel._prepare_args` lays them
 out. Both run here on device arrays whose memory is a stand-in (an address, no allocation: no
@@ -157,3 +157,130 @@ def test_launcher_leaves_what_it_does_not_know_to_numba(monkeypatch):
         launcher(plain, 1, 32, np.zeros(4, np.float32), np.float16(1.0))
         launcher(cooperative, 1, 32, device_array((4,), np.float32))
     assert plain.numba_launches == 3 and cooperative.numba_launches == 3
+
+
+class _Builder:
+    """A cuda.core GraphBuilder as Launcher.capture uses it."""
+
+    def __init__(self, log):
+        self.log = log
+
+    def begin_building(self, mode):
+        self.log.append(("begin", mode))
+
+    def end_building(self):
+        self.log.append("end")
+
+    def complete(self):
+        self.log.append("complete")
+        return "the graph"
+
+
+@pytest.fixture
+def capturing(monkeypatch):
+    """Launcher.capture's cuda.core and Numba parts replaced by recorders (no driver here)."""
+    import contextlib
+
+    import cuda.core as cuda_core
+    from numba import cuda as numba_cuda
+    log = []
+
+    class Device:
+        def set_current(self):
+            pass
+
+        def create_graph_builder(self):
+            return _Builder(log)
+    monkeypatch.setattr(cuda_core, "Device", Device)
+    monkeypatch.setattr(numba_cuda, "defer_cleanup", contextlib.nullcontext)
+    return log
+
+
+def test_capture_records_launches_into_a_graph(monkeypatch, capturing):
+    """Launches made before with the same types go into the graph being built, then to the
+    stream again; the graph replays on the stream."""
+    targets = []
+    launcher = _cuda_launch.Launcher()
+    monkeypatch.setattr(launcher, "_launch", lambda target, config, fn, *flat: targets.append(target))
+    kernel, args = _Dispatcher(), decoder_step_args()
+    launcher(kernel, 3, 128, *args)                    # compiled and launched by Numba
+    result, graph = launcher.capture(lambda: launcher(kernel, 3, 128, *args) or "logits")
+    assert (result, graph) == ("logits", "the graph")
+    assert capturing == [("begin", "relaxed"), "end", "complete"]
+    assert isinstance(targets[0], _Builder) and kernel.numba_launches == 1
+    launcher(kernel, 3, 128, *args)
+    assert targets[1] is launcher._stream
+    replayed = []
+    monkeypatch.setattr(launcher, "_stream", type("S", (), {})())
+    launcher.replay(type("G", (), {"launch": lambda self, stream: replayed.append(stream)})())
+    assert replayed == [launcher._stream]
+
+
+def test_capture_refuses_what_it_cannot_record(monkeypatch, capturing):
+    """A launch Numba would have to make (new types: a compile) stops the capture, which ends
+    without a graph; launches go to the stream again."""
+    launcher = _cuda_launch.Launcher()
+    monkeypatch.setattr(launcher, "_launch", lambda *a: pytest.fail("launched while refusing"))
+    kernel = _Dispatcher()
+    with pytest.raises(_cuda_launch.Uncapturable):
+        launcher.capture(lambda: launcher(kernel, 3, 128, *decoder_step_args()))
+    assert capturing == [("begin", "relaxed"), "end"] and kernel.numba_launches == 0
+    assert launcher._target is launcher._stream
+
+
+class _Recorder:
+    """CudaBackend.replay's launcher: capture runs run() (as if recording it), replay counts."""
+
+    def __init__(self, refuse=0):
+        self.captures, self.replays, self.refuse = 0, 0, refuse
+
+    def capture(self, run):
+        self.captures += 1
+        if self.refuse:
+            self.refuse -= 1
+            raise _cuda_launch.Uncapturable("new types")
+        return run(), f"graph {self.captures}"
+
+    def replay(self, graph):
+        self.replays += 1
+
+
+def _backend(run):
+    from types import SimpleNamespace
+    return SimpleNamespace(scratch_generation=0, graphs=True, run=run, _position_from_host=False,
+                           _uncapturable=_cuda_launch.Uncapturable)
+
+
+def _replay(be, owner, calls, reads_host=False):
+    from nwhisper.backend import CudaBackend
+
+    def run():
+        calls.append(1)
+        be._position_from_host = be._position_from_host or reads_host
+        return "logits"
+    return CudaBackend.replay(be, owner, run)
+
+
+def test_replay_runs_then_records_then_replays():
+    """Call 1 runs, call 2 records the graph (and runs it), later calls replay it; a scratch
+    buffer reallocated makes it record anew; a refused capture tries again the next call."""
+    owner, calls = type("State", (), {})(), []
+    be = _backend(_Recorder(refuse=1))
+    results = [_replay(be, owner, calls) for _ in range(5)]
+    assert results == ["logits"] * 5
+    # run; refused capture, so run; capture (its run() stands for the recording); 2 replays
+    assert len(calls) == 3 and be.run.captures == 2 and be.run.replays == 3
+    be.scratch_generation += 1
+    _replay(be, owner, calls)
+    _replay(be, owner, calls)
+    assert be.run.captures == 3 and be.run.replays == 5
+
+
+def test_replay_never_records_a_position_read_on_the_host():
+    """A run whose attention read its position from the host (attends_at said no) would repeat
+    that position: it runs every time."""
+    owner, calls = type("State", (), {})(), []
+    be = _backend(_Recorder())
+    for _ in range(4):
+        _replay(be, owner, calls, reads_host=True)
+    assert len(calls) == 4 and be.run.captures == 0 and be.run.replays == 0

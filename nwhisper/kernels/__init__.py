@@ -5,7 +5,8 @@ from `nwhisper.backend`. Shapes are in each op's docstring; activations are floa
 
     norm.py         layernorm                  activation.py   gelu (erf form)
     reduce.py       softmax_rows, exp_rows,    elementwise.py  add, scale, fill, kv_write,
-                    argmax                                     to_f32, add_rows, embed
+                    argmax                                     to_f32, add_rows, embed,
+                                                               embed_at, kv_append
     conv.py         conv1d (im2col + GEMM)     attention.py    attention (returns the weights)
     matmul.py       linear, linear_add, logits (GEMM; int8 weights: Int8Weight)
 
@@ -22,10 +23,11 @@ _cuda_fast.py's tiled GEMM, GEMV and block-per-row softmax on CUDA.
 from nwhisper.kernels.activation import gelu
 from nwhisper.kernels.attention import attention
 from nwhisper.kernels.conv import conv1d
-from nwhisper.kernels.elementwise import add, add_rows, embed, fill, kv_write, scale, to_f32
+from nwhisper.kernels.elementwise import (add, add_rows, embed, embed_at, fill, kv_append, kv_write,
+                                         scale, to_f32)
 from nwhisper.kernels.matmul import linear, linear_add, logits
 from nwhisper.kernels.norm import layernorm
 from nwhisper.kernels.reduce import argmax, exp_rows, softmax_rows
 
-__all__ = ["add", "add_rows", "argmax", "attention", "conv1d", "embed", "exp_rows", "fill", "gelu",
-           "kv_write", "layernorm", "linear", "linear_add", "logits", "scale", "softmax_rows", "to_f32"]
+__all__ = ["add", "add_rows", "argmax", "attention", "conv1d", "embed", "embed_at", "exp_rows", "fill",
+           "gelu", "kv_append", "kv_write", "layernorm", "linear", "linear_add", "logits", "scale", "softmax_rows", "to_f32"]

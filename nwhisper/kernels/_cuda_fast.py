@@ -174,10 +174,12 @@ def layernorm_rows(x, w, b, out, n, eps):
 
 
 @cuda.jit(cache=True)
-def attend_rows(q, k, v, p, out, nq, nk, hd, scale, causal, q_offset):
+def attend_rows(q, k, v, p, out, nq, nk, hd, scale, causal, q_offset, at):
     """Block r = h * nq + qi: p[h, qi] = softmax(scale * q[qi] . k[j] over keys j), masked as
-    softmax_rows (masked entries 0), then out[qi, h*hd + c] = sum_j p[h, qi, j] v[j, h*hd + c].
-    q (nq, H*hd), k and v (nk, H*hd), p (H, nq, nk), out (nq, H*hd); hd <= ATTEND_THREADS."""
+    softmax_rows with the offset q_offset + at[0] (masked entries 0), then out[qi, h*hd + c] =
+    sum_j p[h, qi, j] v[j, h*hd + c]. q (nq, H*hd), k and v (nk, H*hd), p (H, nq, nk), out
+    (nq, H*hd); hd <= ATTEND_THREADS; at (1,) int32 on the device (a decoder step's position,
+    read here so that the launch is the same at every position)."""
     red = cuda.shared.array(ATTEND_THREADS, float32)
     r = cuda.blockIdx.x
     t = cuda.threadIdx.x
@@ -186,7 +188,7 @@ def attend_rows(q, k, v, p, out, nq, nk, hd, scale, causal, q_offset):
     base = h * hd
     m = nk
     if causal:
-        m = min(nk, qi + q_offset + 1)
+        m = min(nk, qi + q_offset + at[0] + 1)
     top = np.float32(-math.inf)
     for j in range(t, m, ATTEND_THREADS):   # raw scores, and this thread's largest
         acc = np.float32(0.0)
@@ -297,19 +299,26 @@ def layernorm(launch, x, w, b, out, eps):
     launch(layernorm_rows, x.shape[0], ROW_THREADS, x, w, b, out, x.shape[1], eps)
 
 
-def attention(launch, q, k, v, out, p, causal, q_offset):
-    """As kernels.attention.attention_portable (p the (H, nq, nk) probabilities' scratch); False
-    when the head is wider than attend_rows' block, and nothing was done."""
+def reads_position(nq, hd):
+    """Whether attention() runs attend_rows for nq queries of heads hd wide: the kernel that reads
+    the causal offset from a device array."""
+    return nq <= ATTEND_MAX_ROWS and hd <= ATTEND_THREADS
+
+
+def attention(launch, q, k, v, out, p, causal, q_offset, at):
+    """As kernels.attention.attention_portable (p the (H, nq, nk) probabilities' scratch), the
+    causal offset q_offset + at[0] (at a (1,) int32 device array) where reads_position, else
+    q_offset; False when the head is wider than attend_rows' block, and nothing was done."""
     n_head, nq, nk = p.shape
     hd = q.shape[1] // n_head
     scale = np.float32(1.0 / math.sqrt(hd))
     if nq == 0:
         return True
     if nq <= ATTEND_MAX_ROWS:
-        if hd > ATTEND_THREADS:
+        if not reads_position(nq, hd):
             return False
         launch(attend_rows, n_head * nq, ATTEND_THREADS, q, k, v, p, out, nq, nk, hd, scale,
-               causal, q_offset)
+               causal, q_offset, at)
         return True
     tiles = (nq + TILE - 1) // TILE
     launch(scores_tiled, ((nk + TILE - 1) // TILE, tiles, n_head), (TILE, TILE), q, k, p, nq, nk, hd)

@@ -13,6 +13,10 @@ and is recorded. Whatever it does not know -- an argument other than a device ar
 scalar, a cooperative or launch-configuration-sensitive kernel, a numba-cuda without the
 internals it reads (`launcher()` then returns the plain launch) -- takes Numba's normal path, as
 the simulator always does.
+
+`Launcher.capture(run)` records run()'s launches as a CUDA graph instead of running them, and
+`replay(graph)` runs them all in one call (CudaBackend.replay: a decoder step). Every launch in
+it must be one made before with the same argument types; any other raises Uncapturable.
 """
 
 import ctypes
@@ -21,6 +25,10 @@ import warnings
 import numpy as np
 
 NUMBA = object()  # a cache entry meaning "launch these argument types through Numba"
+
+
+class Uncapturable(Exception):
+    """A launch during Launcher.capture that only Numba's own launch could make."""
 
 
 def plain_launch(kernel, grid, block, *args):
@@ -63,7 +71,7 @@ def _as_is(v, flat):
 
 class Launcher:
     """`launcher(kernel, grid, block, *args)`: kernel a numba.cuda dispatcher, args device arrays
-    and scalars, on the default stream (as Numba's own launch)."""
+    and scalars, on the default stream (as Numba's own launch), or into the graph being captured."""
 
     def __init__(self):
         from numba import typeof
@@ -76,10 +84,16 @@ class Launcher:
         self._launch, self._config = launch, LaunchConfig
         self._performance_warning = NumbaPerformanceWarning
         self._stream = driver._to_core_stream(0)
+        self._target = self._stream  # where launches go: the stream, or a graph being built
         self._typeof = lambda v: typeof(v, Purpose.argument)
         self._array_type, self._boolean, self._device_array = types.Array, types.boolean, DeviceNDArray
         self._entries = {}   # (kernel, argument keys) -> (cuda.core kernel, packers) or NUMBA
         self._configs = {}   # (grid, block) -> LaunchConfig
+        try:
+            from cuda.core import Device
+            self.can_capture = hasattr(Device, "create_graph_builder")
+        except ImportError:   # a cuda.core from before graphs left its experimental namespace
+            self.can_capture = False
 
     def _key(self, v):
         """What selects the compiled kernel for argument v: a device array's dtype, ndim and
@@ -121,6 +135,9 @@ class Launcher:
     def __call__(self, kernel, grid, block, *args):
         key = (kernel,) + tuple(self._key(a) for a in args)
         entry = self._entries.get(key)
+        if self._target is not self._stream and (entry is None or entry is NUMBA):
+            raise Uncapturable(f"{getattr(kernel, '__name__', kernel)}: not launched before with these "
+                               "argument types")
         if entry is NUMBA:
             kernel[grid, block](*args)
             return
@@ -138,4 +155,31 @@ class Launcher:
         config = self._configs.get((grid, block))
         if config is None:
             config = self._configs[(grid, block)] = self._config(grid=grid, block=block)
-        self._launch(self._stream, config, function, *flat)
+        self._launch(self._target, config, function, *flat)
+
+    def capture(self, run):
+        """(run()'s result, a graph of its launches): run() with every launch recorded instead of
+        made. The graph is built on a stream of its own (the legacy default stream, where the
+        launches otherwise go, cannot be captured) and replayed on the default stream, ordered
+        with Numba's copies as the launches were. Raises Uncapturable (nothing recorded is kept)
+        when a launch cannot be recorded, and ImportError where cuda.core has no graphs."""
+        from cuda.core import Device
+        from numba import cuda
+        device = Device()
+        device.set_current()   # the primary context, which Numba has made current already
+        builder = device.create_graph_builder()
+        # No frees while capturing (cuMemFree waits for the device, which a capture forbids);
+        # allocating is allowed in the relaxed mode (CudaBackend.replay drops such a graph).
+        with cuda.defer_cleanup():
+            builder.begin_building("relaxed")
+            self._target = builder
+            try:
+                result = run()
+            finally:
+                self._target = self._stream
+                builder.end_building()
+        return result, builder.complete()
+
+    def replay(self, graph):
+        """Run a graph from capture() on the default stream."""
+        graph.launch(self._stream)

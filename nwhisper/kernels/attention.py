@@ -231,7 +231,7 @@ SHORT_KEYS = 448
 
 
 def attention(be, q, k, v, out, n_head, causal=False, q_offset=0, weights=True, int8=False,
-              n_keys=None):
+              n_keys=None, at=None):
     """out = softmax(q k^T / sqrt(hd) [causal mask]) v per head.
 
     q (nq, H*hd), k and v (nk, H*hd), out (nq, H*hd) f32, all row-contiguous (a KV cache is passed
@@ -245,7 +245,15 @@ def attention(be, q, k, v, out, n_head, causal=False, q_offset=0, weights=True, 
     n_keys: only k's and v's first n_keys rows are keys (a whole row-major KV cache passed with
     its filled length: slicing a CUDA device array costs ~20 µs of Python, and a step would
     slice every layer's cache twice).
+    at: a device int32 array holding q_offset in at[0] (the decoder's `tokens`). A backend that
+    reads the position there (be.attends_at: CUDA's attend_rows) attends over all of k's rows,
+    masked, so that its launch is the same at every position (a replayed step); p then has a
+    column for each of k's rows, zero past the query's own position. Elsewhere it is unused.
     """
+    if at is not None and be.attends_at(q.shape[0], q.shape[1] // n_head, k):
+        n_keys, q_offset = None, 0
+    else:
+        at = None
     if n_keys is not None and be.name == "cpu":
         k, v, n_keys = k[:n_keys], v[:n_keys], None   # NumPy's views are cheap; BLAS wants them
     nq = q.shape[0]
@@ -255,7 +263,7 @@ def attention(be, q, k, v, out, n_head, causal=False, q_offset=0, weights=True, 
     if isinstance(k, Int8Heads):
         attention_int8_kv(be, q, k, v, out, p, weights)
     elif be.name != "cpu":
-        if not be.attention_fast(q, k, v, out, p, causal, q_offset):
+        if not be.attention_fast(q, k, v, out, p, causal, q_offset, at):
             attention_portable(be, q, k, v, out, p, causal, q_offset)
     elif nq <= FEW_QUERIES and k.ndim == 2 and nk <= SHORT_KEYS:
         n_head = p.shape[0]

@@ -1,4 +1,5 @@
-"""Elementwise kernels: add, scale, fill, copy/convert, row gathers and row adds.
+"""Elementwise kernels: add, scale, fill, copy/convert, row gathers and row adds, the KV cache's
+append.
 
 One work item per element. 2-D operands are addressed through a flat index so that neighbouring
 GPU threads touch neighbouring memory; the CPU loop vectorises less but these kernels are
@@ -61,6 +62,29 @@ def embed_elem(i, table, ids, out, d):
     out[r, c] = widen(table[ids[r], c])
 
 
+@kernel
+def embed_at_elem(i, table, pos_table, tokens, out, d):
+    """out[r, c] = table[tokens[1 + r], c] + pos_table[tokens[0] + r, c], r, c = divmod(i, d): a
+    decoder call's token and positional embeddings. tokens (1 + n,) int32 is [position of the
+    first token, its ids…]: read on the device, so a step's launches do not change from one
+    position to the next (the CUDA backend replays them as a graph). table as embed_elem's."""
+    r = i // d
+    c = i - r * d
+    out[r, c] = widen(table[tokens[1 + r], c]) + np.float32(pos_table[tokens[0] + r, c])
+
+
+@kernel
+def kv_append_elem(i, kv, cache_k, cache_v, tokens, d):
+    """cache_k[p + r, c] = kv[r, c], cache_v[p + r, c] = kv[r, d + c], r, c = divmod(i, d),
+    p = tokens[0] (embed_at_elem's position): a call's keys and values (n, 2d), projected
+    together, appended to a layer's cache (capacity, d)."""
+    r = i // d
+    c = i - r * d
+    row = tokens[0] + r
+    cache_k[row, c] = kv[r, c]
+    cache_v[row, c] = kv[r, d + c]
+
+
 def add(be, a, b, out):
     """out = a + b elementwise; same-shape contiguous f32 (out may be a)."""
     be.launch(add_elem, a.size, be.flat(a), be.flat(b), be.flat(out))
@@ -98,6 +122,19 @@ def add_rows(be, x, table, start):
     if start + n > table.shape[0]:
         raise IndexError(f"add_rows: rows {start}..{start + n} of a table of {table.shape[0]}")
     be.launch(add_rows_elem, x.size, x, table, start, d)
+
+
+def embed_at(be, table, pos_table, tokens, out):
+    """out[i] = table[tokens[1 + i]] + pos_table[tokens[0] + i] (embed_at_elem); tokens (1 + n,)
+    int32 on the device, out (n, d). The caller checks that the positions fit pos_table."""
+    be.launch(embed_at_elem, out.size, table, pos_table, tokens, out, out.shape[1])
+
+
+def kv_append(be, kv, cache_k, cache_v, tokens):
+    """Rows of kv (n, 2d) = [keys | values] into the caches at position tokens[0] (kv_append_elem);
+    the caller checks that they fit."""
+    n, d = kv.shape[0], kv.shape[1] // 2
+    be.launch(kv_append_elem, n * d, kv, cache_k, cache_v, tokens, d)
 
 
 def embed(be, table, ids, out):
