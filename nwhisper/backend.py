@@ -296,6 +296,18 @@ class CudaBackend(Backend):
             self._fast = _cuda_fast
         self._none = self.empty((0,), np.float32)
         self._zero_at = self.zeros((1,), np.int32)   # attend_rows' `at` where there is none
+        self._memcpy = None   # cuMemcpyHtoD(device pointer, host pointer, bytes), or Numba's copy
+        if not self.simulator:
+            try:
+                from cuda.bindings import driver as cu
+            except ImportError:
+                pass
+            else:
+                def memcpy(dst, src, nbytes, call=cu.cuMemcpyHtoD, ok=cu.CUresult.CUDA_SUCCESS):
+                    err, = call(dst, src, nbytes)
+                    if err != ok:
+                        raise RuntimeError(f"cuMemcpyHtoD: {err}")
+                self._memcpy = memcpy
 
     def _memory_error(self, nbytes, err):
         free, total = self._cuda.current_context().get_memory_info()
@@ -400,7 +412,16 @@ class CudaBackend(Backend):
         return False
 
     def write(self, dst, src):
-        dst.copy_to_device(src)
+        """As Backend.write: one synchronous copy on the default stream (ordered with the
+        launches), by the driver's call itself where it can (Numba's copy_to_device costs tens
+        of µs of Python, and a decoder step writes its token this way)."""
+        if self._memcpy is None:
+            dst.copy_to_device(src)
+            return
+        src = np.ascontiguousarray(src, dst.dtype)
+        if src.shape != tuple(dst.shape):
+            raise ValueError(f"write: {src.shape} into {tuple(dst.shape)}")
+        self._memcpy(dst.device_ctypes_pointer.value, src.ctypes.data, src.nbytes)
 
     def replay(self, owner, run):
         """As Backend.replay, as a CUDA graph (Launcher.capture): the first call runs run(), the
