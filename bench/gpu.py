@@ -10,8 +10,9 @@ and, for the 11 s and 63 s clips, the warm transcription time (median of --repea
 unrecorded run) with the output tokens and ms per token. Every transcript is compared with the
 CPU backend's (same model, same options): the same text is the check that the GPU computes what
 the CPU does; a difference is printed, not hidden. First, the host time of one launch.
---kernels adds each kernel's count and time in an encoder pass and a decoder step (every launch
-drained, so each includes a drained launch's cost); --profile, cProfile of 32 decoder steps.
+--kernels adds each kernel's count and time in an encoder pass (every launch drained, so each
+includes a drained launch's cost) and in a decoder step (each kernel alone on the device, timed as a
+CUDA graph of copies of it); --profile, cProfile of 32 decoder steps.
 
 Runs anywhere with --device cpu (that is how it was checked without a GPU). The clips are the
 bench's (bench/transcribe.py --work, default /tmp/nwhisper-bench: en-11s.flac.npy, en-63s.flac.npy),
@@ -38,6 +39,7 @@ import numpy as np  # noqa: E402
 
 CLIPS = {"11": "en-11s.flac", "63": "en-63s.flac"}
 STEPS, POSITION, TOKEN = 32, 64, 440
+REPLAYS = 20  # kernel_times: copies of a launch in the graph that times it
 
 
 def clip(name, work):
@@ -88,55 +90,64 @@ def launch_us(be, n=2000):
           f"{1e6 * sync_s / n:.1f} µs waited for", flush=True)
 
 
+def kernel_name(kernel, grid, block, *args):
+    n = kernel.py_func.__name__
+    return f"{n} {args[0].shape}x{args[1].shape}" if n in ("gemv", "gemm_tiled") else n
+
+
+def print_totals(label, totals, top):
+    rows = sorted(totals.items(), key=lambda kv: -kv[1][1])
+    print(f"  {label}: {sum(c for c, _ in totals.values())} launches, "
+          f"{1e3 * sum(t for _, t in totals.values()):.3f} ms", flush=True)
+    for name, (count, secs) in rows[:top]:
+        print(f"    {1e3 * secs:8.3f} ms {count:5d}x  {name}", flush=True)
+
+
 def kernel_times(model, top=12):
-    """Per kernel, the count and the summed time of every launch with the device drained around
-    it, for one encoder pass and one decoder step (each includes the ~45 µs a drained launch
-    costs; what is left over is the kernel's own time on the device)."""
+    """Per kernel, the count and the summed time, for one encoder pass (each launch with the
+    device drained around it: its time includes a drained launch's ~20 µs) and one decoder step
+    (each launch timed on the device alone: a CUDA graph of REPLAYS copies of it, replayed)."""
     be, d = model.be, model.dims
     if not hasattr(be, "run"):
         print("  (per-kernel times: the CUDA backend only)")
         return
-    totals = {}
+    plain, graphs = be.run, getattr(be, "graphs", False)
+    totals, launches = {}, []
 
-    def timed(name, f):
-        def run(*a, **k):
-            be.sync()
-            t = time.perf_counter()
-            f(*a, **k)
-            be.sync()
-            c = totals.setdefault(name(*a) if callable(name) else name, [0, 0.0])
-            c[0] += 1
-            c[1] += time.perf_counter() - t
-        return run
+    def drained(kernel, grid, block, *args):
+        be.sync()
+        t = time.perf_counter()
+        plain(kernel, grid, block, *args)
+        be.sync()
+        c = totals.setdefault(kernel_name(kernel, grid, block, *args), [0, 0.0])
+        c[0] += 1
+        c[1] += time.perf_counter() - t
 
-    plain = be.run
-
-    def kernel_name(kernel, grid, block, *args):
-        n = kernel.py_func.__name__
-        return f"{n} {args[0].shape}x{args[1].shape}" if n in ("gemv", "gemm_tiled") else n
-
-    be.run = timed(kernel_name, plain)
-    graphs = getattr(be, "graphs", False)
-    be.graphs = False   # each launch timed on its own
+    be.graphs = False   # launches one by one
     try:
         mel = np.zeros((2 * d.n_audio_ctx, d.n_mels), np.float32)
         enc = model.encode(mel)
+        be.run = drained
+        model.encode(mel)
+        print_totals("encoder, launches drained one by one", totals, top)
         state = model.new_state(enc)
         model.decode(state, np.full(POSITION, TOKEN, np.int32))
-        for label, fn in (("encoder", lambda: model.encode(mel)),
-                          ("decoder step", lambda: model.decode(state, np.array([TOKEN], np.int32)))):
-            totals.clear()
-            t = time.perf_counter()
-            fn()
-            be.sync()
-            wall = time.perf_counter() - t
-            rows = sorted(totals.items(), key=lambda kv: -kv[1][1])
-            print(f"  {label}, launches drained one by one: {sum(c for c, _ in totals.values())} "
-                  f"launches, {1e3 * wall:.2f} ms", flush=True)
-            for name, (count, secs) in rows[:top]:
-                print(f"    {1e3 * secs:8.3f} ms {count:5d}x  {name}", flush=True)
+        be.run = lambda kernel, grid, block, *args: (launches.append((kernel, grid, block, args)),
+                                                     plain(kernel, grid, block, *args))
+        model.decode(state, np.array([TOKEN], np.int32))
     finally:
         be.run, be.graphs = plain, graphs
+    if not hasattr(plain, "capture"):
+        return
+    totals.clear()
+    for kernel, grid, block, args in launches:
+        _, graph = plain.capture(lambda: [plain(kernel, grid, block, *args) for _ in range(REPLAYS)])
+        plain.replay(graph)
+        seconds = synced(be, lambda: plain.replay(graph))[0] / REPLAYS
+        c = totals.setdefault(kernel_name(kernel, grid, block, *args), [0, 0.0])
+        c[0] += 1
+        c[1] += seconds
+    print_totals("decoder step, each kernel on the device alone", totals, top)
 
 
 def profile_step(model, top=14):

@@ -26,7 +26,7 @@ nproc; grep -m1 'model name' /proc/cpuinfo
 
 # 1. Random weights in tiny.en's and base's shapes: launch cost, encoder, decoder step, a fixed
 #    100-token request, each checked against the CPU backend (compiles every CUDA kernel once).
-step 170 random.log python3 bench/gpu.py --random --models tiny.en,base
+step 170 random.log python3 bench/gpu.py --random --models tiny.en,base --kernels
 # 2. Every op, GPU against CPU, at the simulator's test shapes and tolerance.
 step 60 ops.log python3 tests/cudasim_check.py --gpu
 # 3. Real speech: tiny.en (8-bit-rounded weights, the same on both backends), both clips, the

@@ -295,7 +295,7 @@ class CudaBackend(Backend):
             from nwhisper.kernels import _cuda_fast
             self._fast = _cuda_fast
         self._none = self.empty((0,), np.float32)
-        self._zero_at = self.zeros((1,), np.int32)   # attend_rows' `at` where there is none
+        self._zero_at = self.zeros((1,), np.int32)   # attend_part's `at` where there is none
         self._memcpy = None   # cuMemcpyHtoD(device pointer, host pointer, bytes), or Numba's copy
         if not self.simulator:
             try:
@@ -400,10 +400,11 @@ class CudaBackend(Backend):
         """kernels.attention's product on _cuda_fast.py's kernels; False when there is none for
         this case (then the portable launches run)."""
         return self.fast_paths and self._fast.attention(
-            self.run, q, k, v, out, p, causal, q_offset, self._zero_at if at is None else at)
+            self.run, q, k, v, out, p, causal, q_offset, self._zero_at if at is None else at,
+            self.scratch)
 
     def attends_at(self, nq, hd, k):
-        """As Backend.attends_at: where attend_rows runs. Where it does not, a replay of the
+        """As Backend.attends_at: where attend_part runs. Where it does not, a replay of the
         launches being run would repeat a position taken from the host: noted, so that replay
         does not record them."""
         if self.fast_paths and not isinstance(k, Int8Heads) and self._fast.reads_position(nq, hd):

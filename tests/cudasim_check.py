@@ -163,7 +163,7 @@ def attention_cache(be, q, k, v, n_head, q_offset):
 
 def attention_at(be, q, k, v, n_head, q_offset):
     """A decoder call whose position the device may read (`at`, as decode's tokens): CUDA's
-    attend_rows then attends over the whole cache, masked, its p a column per cache row, zero
+    attend_part then attends over the whole cache, masked, its p a column per cache row, zero
     past the position; the CPU slices n_keys. Compared up to n_keys."""
     out = be.empty(q.shape)
     at = be.upload(np.array([q_offset, 77], np.int32))
@@ -281,7 +281,7 @@ CASES = [
     ("attention_int8_kv", attention_int8_kv, (rand(2, 16), rand(9, 16), rand(9, 16), 4)),
     ("layernorm_wide_portable", layernorm_portable, (rand(3, 300) * 3 + 1, rand(300), rand(300))),
     ("layernorm_wide", layernorm, (rand(3, 300) * 3 + 1, rand(300), rand(300))),
-    # _cuda_fast: attend_rows up to 4 queries (keys past its block), scores/values_tiled above
+    # _cuda_fast: attend_part/join up to 4 queries (several chunks of keys), scores/values_tiled above
     # (several tiles each way; causal, as a prompt's)
     ("attention_long_keys", attention, (rand(2, 16), rand(300, 16), rand(300, 16), 2, False, 0)),
     ("attention_many", attention, (rand(20, 16), rand(37, 16), rand(37, 16), 2, False, 0)),
@@ -291,6 +291,7 @@ CASES = [
     ("attention_cache_step", attention_cache, (rand(1, 16), rand(12, 16) * 50, rand(12, 16) * 50, 2, 6)),
     ("attention_cache_prompt", attention_cache, (rand(6, 16), rand(15, 16) * 50, rand(15, 16) * 50, 2, 3)),
     ("attention_at_step", attention_at, (rand(1, 16), rand(12, 16) * 50, rand(12, 16) * 50, 2, 6)),
+    ("attention_at_chunks", attention_at, (rand(1, 16), rand(100, 16) * 5, rand(100, 16), 2, 40)),
     ("attention_at_prompt", attention_at, (rand(3, 16), rand(15, 16) * 50, rand(15, 16) * 50, 2, 4)),
     ("embed_append", embed_append, (rand(10, 8, dtype=np.float16), rand(7, 8), np.array([9, 0, 4], np.int32),
                                     rand(3, 16))),
@@ -381,15 +382,17 @@ def compile_ptx(signatures_path):
         jobs.append((f"gemm_tiled({wtype})", _cuda_fast.gemm_tiled.py_func,
                      (f32, w, vec, f32, types.int64, types.int64, types.int64, types.boolean), False))
         jobs.append((f"gemv({wtype})", _cuda_fast.gemv.py_func,
-                     (f32, w, vec, f32, types.int64, types.int64, types.boolean), False))
+                     (f32, w, vec, f32, types.int64, types.int64, types.boolean, types.int64), False))
     jobs.append(("softmax_rows", _cuda_fast.softmax_rows.py_func,
                  (f32, types.int64, types.float32, types.int64, types.boolean, types.int64), False))
     f32_3 = types.Array(types.float32, 3, "C")
     i64 = types.int64
     jobs.append(("layernorm_rows", _cuda_fast.layernorm_rows.py_func, (f32, vec, vec, f32, i64, types.float32), False))
-    jobs.append(("attend_rows", _cuda_fast.attend_rows.py_func,
-                 (f32, f32, f32, f32_3, f32, i64, i64, i64, types.float32, types.boolean, i64,
-                  types.Array(types.int32, 1, "C")), False))
+    at = types.Array(types.int32, 1, "C")
+    jobs.append(("attend_part", _cuda_fast.attend_part.py_func,
+                 (f32, f32, f32, f32_3, f32_3, i64, i64, i64, types.float32, types.boolean, i64, at), False))
+    jobs.append(("attend_join", _cuda_fast.attend_join.py_func,
+                 (f32_3, f32_3, f32, i64, i64, i64, i64, types.float32, types.boolean, i64, at), False))
     jobs.append(("scores_tiled", _cuda_fast.scores_tiled.py_func, (f32, f32, f32_3, i64, i64, i64), False))
     jobs.append(("values_tiled", _cuda_fast.values_tiled.py_func, (f32_3, f32, f32, i64, i64, i64), False))
     report = {"compiled": 0, "f64": [], "errors": {},

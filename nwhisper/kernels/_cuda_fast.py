@@ -2,15 +2,17 @@
 
     gemm_tiled    out = x @ w.T (+ bias) for many rows (the encoder): 16x16 output tiles, x and w
                   staged through shared memory
-    gemv          the same for a few rows (the decoder step): 32 threads share one output, read a
-                  weight row coalesced, and add their partial sums in shared memory
+    gemv          the same for a few rows (the decoder step): 32 to 256 threads share one output,
+                  read a weight row coalesced, and add their partial sums in shared memory
     softmax_rows  one block per row: max and sum reduced in shared memory (the portable body walks
                   a whole 1500-key row in one thread, three times)
     layernorm_rows  one block per row, the same way (a decoder step normalises single rows: one
                   thread walking 384 columns three times is latency, not work)
-    attend_rows   a few queries' whole attention (the decoder step): one block per (head, query)
-                  scores every key, softmaxes in place and sums the values -- one launch instead
-                  of three, and every thread busy
+    attend_part, attend_join   a few queries' attention (the decoder step): a block per (head,
+                  query, chunk of keys) scores its keys, exps them against its own largest and
+                  sums their values; one per (head, query) merges the chunks (split-K, as flash
+                  decoding does) -- two launches instead of three, and the GPU's every
+                  multiprocessor busy where one block per head kept a handful
     scores_tiled, values_tiled   many queries' (the encoder, a prompt): gemm_tiled's tiles with
                   the head as the grid's third dimension, softmax_rows between them
 
@@ -30,16 +32,23 @@ from numba import cuda, float32
 
 TILE = 16        # gemm_tiled: a block computes a TILE x TILE block of out
 TILE_ROW = TILE + 1  # shared rows padded by one: no bank conflicts reading ws[tx, k]
-GEMV_LANES = 32  # gemv: threads per output
-GEMV_OUTS = 8    # gemv: outputs per block
+GEMV_THREADS = 256  # gemv: threads per block, shared by GEMV_THREADS // lanes outputs
+# gemv gives each output the fewest lanes (32 up to GEMV_THREADS) that still make this many
+# blocks: a decoder layer's 384 outputs at 32 lanes were 48 blocks, a few warps per
+# multiprocessor each walking its row serially (latency-bound); the vocabulary's 51864 are
+# plenty at 32.
+GEMV_MIN_BLOCKS = 512
 GEMV_MAX_ROWS = 4  # the backend uses gemv up to this many rows of x
 SOFTMAX_THREADS = 128  # softmax_rows: threads per row (a power of two)
 ROW_THREADS = 128  # layernorm_rows: threads per row (a power of two)
-# attend_rows: threads per (head, query), a power of two >= the head width. A decoder step has
-# only H blocks; the more threads each, the fewer keys each walks serially (with 256, the
-# cross-attention's 1500 keys kept the H200 ~90 µs per launch, latency-bound)
-ATTEND_THREADS = 512
-ATTEND_MAX_ROWS = 4   # the backend uses attend_rows up to this many queries
+# attend_part / attend_join: a few queries' attention split over blocks of ATTEND_KEYS keys each
+# (a decoder step has only H (head, query) pairs: one block each left the H200 latency-bound, ~70
+# µs per launch over the cross-attention's 1500 keys, on 6 of its 132 multiprocessors)
+ATTEND_KEYS = 32
+ATTEND_THREADS = 128   # >= ATTEND_HD and >= ATTEND_KEYS
+ATTEND_HD = 128        # the widest head they take (Whisper's are 64)
+ATTEND_ROW = ATTEND_HD + 1   # attend_part's shared key rows, padded: no bank conflicts
+ATTEND_MAX_ROWS = 4   # the backend uses them up to this many queries
 
 
 @cuda.jit(cache=True)
@@ -69,28 +78,31 @@ def gemm_tiled(x, w, bias, out, n, n_in, n_out, accumulate):
 
 
 @cuda.jit(cache=True)
-def gemv(x, w, bias, out, n_in, n_out, accumulate):
-    """Block (bx, r) of GEMV_LANES x GEMV_OUTS threads computes out[r, bx*GEMV_OUTS + ty] (adds
-    it to what is there when `accumulate`)."""
-    part = cuda.shared.array((GEMV_OUTS, GEMV_LANES), float32)
-    lane = cuda.threadIdx.x
-    ty = cuda.threadIdx.y
-    o = cuda.blockIdx.x * GEMV_OUTS + ty
+def gemv(x, w, bias, out, n_in, n_out, accumulate, lanes):
+    """Block (bx, r) of GEMV_THREADS threads, `lanes` of them per output (a power of two): they
+    compute out[r, bx*outs + t // lanes], outs = GEMV_THREADS // lanes, each lane summing every
+    lanes-th column, then their partial sums in shared memory (adds the result to what is in
+    out when `accumulate`)."""
+    part = cuda.shared.array(GEMV_THREADS, float32)
+    t = cuda.threadIdx.x
+    ty = t // lanes
+    lane = t - ty * lanes
+    o = cuda.blockIdx.x * (GEMV_THREADS // lanes) + ty
     r = cuda.blockIdx.y
     acc = np.float32(0.0)
     if o < n_out:
-        for c in range(lane, n_in, GEMV_LANES):
+        for c in range(lane, n_in, lanes):
             acc += x[r, c] * np.float32(w[o, c])
-    part[ty, lane] = acc
+    part[t] = acc
     cuda.syncthreads()
-    step = GEMV_LANES // 2
+    step = lanes // 2
     while step > 0:
         if lane < step:
-            part[ty, lane] += part[ty, lane + step]
+            part[t] += part[t + step]
         cuda.syncthreads()
         step //= 2
     if lane == 0 and o < n_out:
-        acc = part[ty, 0]
+        acc = part[t]
         if bias.shape[0] > 0:
             acc += np.float32(bias[o])
         out[r, o] = out[r, o] + acc if accumulate else acc
@@ -174,14 +186,18 @@ def layernorm_rows(x, w, b, out, n, eps):
 
 
 @cuda.jit(cache=True)
-def attend_rows(q, k, v, p, out, nq, nk, hd, scale, causal, q_offset, at):
-    """Block r = h * nq + qi: p[h, qi] = softmax(scale * q[qi] . k[j] over keys j), masked as
-    softmax_rows with the offset q_offset + at[0] (masked entries 0), then out[qi, h*hd + c] =
-    sum_j p[h, qi, j] v[j, h*hd + c]. q (nq, H*hd), k and v (nk, H*hd), p (H, nq, nk), out
-    (nq, H*hd); hd <= ATTEND_THREADS; at (1,) int32 on the device (a decoder step's position,
-    read here so that the launch is the same at every position)."""
+def attend_part(q, k, v, p, part, nq, nk, hd, scale, causal, q_offset, at):
+    """Block (c, r), r = h * nq + qi: query qi's attention in head h over keys c*ATTEND_KEYS …
+    (c+1)*ATTEND_KEYS - 1 that it sees (masked as softmax_rows, offset q_offset + at[0]): the raw
+    scores into p[h, qi, j]; into part[r, c] this chunk's largest score, the sum of exp(scale *
+    (score - largest)), and those weights' sum of the value rows (hd). attend_join merges the
+    chunks. The keys' tile is staged through shared memory, read row by row (coalesced)."""
+    ks = cuda.shared.array((ATTEND_KEYS, ATTEND_ROW), float32)
+    qs = cuda.shared.array(ATTEND_HD, float32)
+    w = cuda.shared.array(ATTEND_KEYS, float32)
     red = cuda.shared.array(ATTEND_THREADS, float32)
-    r = cuda.blockIdx.x
+    c = cuda.blockIdx.x
+    r = cuda.blockIdx.y
     t = cuda.threadIdx.x
     h = r // nq
     qi = r - h * nq
@@ -189,58 +205,84 @@ def attend_rows(q, k, v, p, out, nq, nk, hd, scale, causal, q_offset, at):
     m = nk
     if causal:
         m = min(nk, qi + q_offset + at[0] + 1)
+    j0 = c * ATTEND_KEYS
+    n = min(ATTEND_KEYS, m - j0)   # keys of this chunk that the query sees (<= 0: none)
+    for i in range(t, ATTEND_KEYS * hd, ATTEND_THREADS):
+        jj = i // hd
+        cc = i - jj * hd
+        ks[jj, cc] = k[j0 + jj, base + cc] if jj < n else np.float32(0.0)
+    for cc in range(t, hd, ATTEND_THREADS):
+        qs[cc] = q[qi, base + cc]
+    cuda.syncthreads()
+    if t < ATTEND_KEYS:
+        if t < n:
+            acc = np.float32(0.0)
+            for cc in range(hd):
+                acc += qs[cc] * ks[t, cc]
+            w[t] = acc
+            p[h, qi, j0 + t] = acc
+        else:
+            w[t] = np.float32(-math.inf)
+    cuda.syncthreads()
     top = np.float32(-math.inf)
-    for j in range(t, m, ATTEND_THREADS):   # raw scores, and this thread's largest
-        acc = np.float32(0.0)
-        for c in range(hd):
-            acc += q[qi, base + c] * k[j, base + c]
-        p[h, qi, j] = acc
-        top = max(top, acc)
-    red[t] = top
+    for jj in range(ATTEND_KEYS):     # every thread reads the same word: a broadcast
+        top = max(top, w[jj])
     cuda.syncthreads()
-    step = ATTEND_THREADS // 2
-    while step > 0:
-        if t < step:
-            red[t] = max(red[t], red[t + step])
-        cuda.syncthreads()
-        step //= 2
-    top = red[0]
+    if t < ATTEND_KEYS:
+        w[t] = math.exp((w[t] - top) * scale) if t < n else np.float32(0.0)
     cuda.syncthreads()
-    total = np.float32(0.0)
-    for j in range(t, m, ATTEND_THREADS):
-        e = math.exp((p[h, qi, j] - top) * scale)
-        p[h, qi, j] = e
-        total += e
-    red[t] = total
-    cuda.syncthreads()
-    step = ATTEND_THREADS // 2
-    while step > 0:
-        if t < step:
-            red[t] += red[t + step]
-        cuda.syncthreads()
-        step //= 2
-    inv = np.float32(1.0) / red[0]
-    cuda.syncthreads()
-    for j in range(t, m, ATTEND_THREADS):
-        p[h, qi, j] *= inv
-    for j in range(m + t, nk, ATTEND_THREADS):
-        p[h, qi, j] = np.float32(0.0)
-    cuda.syncthreads()  # the block's writes to p are visible to all its threads
-    # values: thread t sums column c = t % hd over every G-th key, G = ATTEND_THREADS // hd
+    # values: thread t sums column t % hd over every G-th key of the chunk, G = threads // hd
     groups = ATTEND_THREADS // hd
     g = t // hd
-    c = t - g * hd
+    col = t - g * hd
     acc = np.float32(0.0)
     if g < groups:
-        for j in range(g, m, groups):
-            acc += p[h, qi, j] * v[j, base + c]
+        for jj in range(g, n, groups):
+            acc += w[jj] * v[j0 + jj, base + col]
     red[t] = acc
     cuda.syncthreads()
     if t < hd:
         acc = np.float32(0.0)
         for gi in range(groups):
             acc += red[gi * hd + t]
-        out[qi, base + t] = acc
+        part[r, c, 2 + t] = acc
+    if t == 0:
+        total = np.float32(0.0)
+        for jj in range(ATTEND_KEYS):
+            total += w[jj]
+        part[r, c, 0] = top
+        part[r, c, 1] = total
+
+
+@cuda.jit(cache=True)
+def attend_join(p, part, out, nq, nk, n_chunks, hd, scale, causal, q_offset, at):
+    """Block r = h * nq + qi: attend_part's chunks merged, each scaled by exp(scale * (its
+    largest - the largest)): out[qi, h*hd + c] = their value sums / their exp sums; p[h, qi]
+    becomes the probabilities (0 where masked)."""
+    r = cuda.blockIdx.x
+    t = cuda.threadIdx.x
+    h = r // nq
+    qi = r - h * nq
+    m = nk
+    if causal:
+        m = min(nk, qi + q_offset + at[0] + 1)
+    used = (m + ATTEND_KEYS - 1) // ATTEND_KEYS   # chunks past the mask hold nothing
+    top = np.float32(-math.inf)
+    for c in range(used):
+        top = max(top, part[r, c, 0])
+    total = np.float32(0.0)
+    for c in range(used):
+        total += part[r, c, 1] * math.exp((part[r, c, 0] - top) * scale)
+    inv = np.float32(1.0) / total
+    if t < hd:
+        acc = np.float32(0.0)
+        for c in range(used):
+            acc += part[r, c, 2 + t] * math.exp((part[r, c, 0] - top) * scale)
+        out[qi, h * hd + t] = acc * inv
+    for j in range(t, m, ATTEND_THREADS):
+        p[h, qi, j] = math.exp((p[h, qi, j] - top) * scale) * inv
+    for j in range(m + t, nk, ATTEND_THREADS):
+        p[h, qi, j] = np.float32(0.0)
 
 
 @cuda.jit(cache=True)
@@ -300,15 +342,16 @@ def layernorm(launch, x, w, b, out, eps):
 
 
 def reads_position(nq, hd):
-    """Whether attention() runs attend_rows for nq queries of heads hd wide: the kernel that reads
-    the causal offset from a device array."""
-    return nq <= ATTEND_MAX_ROWS and hd <= ATTEND_THREADS
+    """Whether attention() runs attend_part/attend_join for nq queries of heads hd wide: the
+    kernels that read the causal offset from a device array."""
+    return nq <= ATTEND_MAX_ROWS and hd <= ATTEND_HD
 
 
-def attention(launch, q, k, v, out, p, causal, q_offset, at):
+def attention(launch, q, k, v, out, p, causal, q_offset, at, scratch):
     """As kernels.attention.attention_portable (p the (H, nq, nk) probabilities' scratch), the
     causal offset q_offset + at[0] (at a (1,) int32 device array) where reads_position, else
-    q_offset; False when the head is wider than attend_rows' block, and nothing was done."""
+    q_offset; False when the head is wider than attend_part's tile, and nothing was done.
+    scratch(name, shape): the backend's scratch buffers (attend_part's partial results)."""
     n_head, nq, nk = p.shape
     hd = q.shape[1] // n_head
     scale = np.float32(1.0 / math.sqrt(hd))
@@ -317,7 +360,11 @@ def attention(launch, q, k, v, out, p, causal, q_offset, at):
     if nq <= ATTEND_MAX_ROWS:
         if not reads_position(nq, hd):
             return False
-        launch(attend_rows, n_head * nq, ATTEND_THREADS, q, k, v, p, out, nq, nk, hd, scale,
+        chunks = (nk + ATTEND_KEYS - 1) // ATTEND_KEYS
+        part = scratch("attention.part", (n_head * nq, chunks, 2 + hd))
+        launch(attend_part, (chunks, n_head * nq), ATTEND_THREADS, q, k, v, p, part, nq, nk, hd,
+               scale, causal, q_offset, at)
+        launch(attend_join, n_head * nq, ATTEND_THREADS, p, part, out, nq, nk, chunks, hd, scale,
                causal, q_offset, at)
         return True
     tiles = (nq + TILE - 1) // TILE
@@ -339,8 +386,12 @@ def gemm(launch, x, w, bias, out, accumulate=False):
     n, n_in = x.shape
     n_out = w.shape[0]
     if n <= GEMV_MAX_ROWS:
-        grid = ((n_out + GEMV_OUTS - 1) // GEMV_OUTS, n)
-        launch(gemv, grid, (GEMV_LANES, GEMV_OUTS), x, w, bias, out, n_in, n_out, accumulate)
+        lanes = 32
+        while lanes < GEMV_THREADS and n_out * lanes // GEMV_THREADS < GEMV_MIN_BLOCKS:
+            lanes *= 2
+        outs = GEMV_THREADS // lanes
+        launch(gemv, ((n_out + outs - 1) // outs, n), GEMV_THREADS, x, w, bias, out, n_in, n_out,
+               accumulate, lanes)
     else:
         grid = ((n_out + TILE - 1) // TILE, (n + TILE - 1) // TILE)
         launch(gemm_tiled, grid, (TILE, TILE), x, w, bias, out, n, n_in, n_out, accumulate)

@@ -246,7 +246,7 @@ def attention(be, q, k, v, out, n_head, causal=False, q_offset=0, weights=True, 
     its filled length: slicing a CUDA device array costs ~20 µs of Python, and a step would
     slice every layer's cache twice).
     at: a device int32 array holding q_offset in at[0] (the decoder's `tokens`). A backend that
-    reads the position there (be.attends_at: CUDA's attend_rows) attends over all of k's rows,
+    reads the position there (be.attends_at: CUDA's attend_part) attends over all of k's rows,
     masked, so that its launch is the same at every position (a replayed step); p then has a
     column for each of k's rows, zero past the query's own position. Elsewhere it is unused.
     """
