@@ -179,7 +179,9 @@ def profile_step(model, top=14):
     pstats.Stats(prof, stream=sys.stdout).sort_stats("tottime").print_stats(top)
 
 
-def transcribe(m, audio, repeat):
+def transcribe(m, audio, repeat, profile=False, top=16):
+    """(median warm seconds, text, tokens); with `profile`, then cProfile's top functions by
+    own time in one more transcription (what the host does around the device's work)."""
     def run():
         segs, _ = m.transcribe(audio, language="en", timestamps=True)
         return segs
@@ -188,6 +190,14 @@ def transcribe(m, audio, repeat):
     for _ in range(repeat):
         t, segs = synced(m.backend, run)
         times.append(t)
+    if profile:
+        import cProfile
+        import pstats
+        prof = cProfile.Profile()
+        prof.enable()
+        synced(m.backend, run)
+        prof.disable()
+        pstats.Stats(prof, stream=sys.stdout).sort_stats("tottime").print_stats(top)
     text = "".join(s.text for s in segs)
     return statistics.median(times), text, sum(len(s.tokens) for s in segs)
 
@@ -286,7 +296,7 @@ def main():
         cpu = nwhisper.load(name, device="cpu") if args.device != "cpu" else None
         for label, file in CLIPS.items():
             audio = clip(file, args.work)
-            warm, text, tokens = transcribe(m, audio, args.repeat)
+            warm, text, tokens = transcribe(m, audio, args.repeat, args.profile and label == "11")
             line = (f"  {label} s clip: warm {warm:.3f} s ({warm / (len(audio) / 16000):.4f} x real "
                     f"time), {tokens} tokens, {1e3 * warm / max(tokens, 1):.2f} ms/token overall")
             if cpu is not None:

@@ -407,7 +407,8 @@ class CudaBackend(Backend):
         """As Backend.attends_at: where attend_part runs. Where it does not, a replay of the
         launches being run would repeat a position taken from the host: noted, so that replay
         does not record them."""
-        if self.fast_paths and not isinstance(k, Int8Heads) and self._fast.reads_position(nq, hd):
+        if (self.fast_paths and not isinstance(k, Int8Heads)
+                and self._fast.reads_position(nq, k.shape[0], hd)):
             return True
         self._position_from_host = True
         return False

@@ -292,7 +292,7 @@ CASES = [
     ("attention_cache_prompt", attention_cache, (rand(6, 16), rand(15, 16) * 50, rand(15, 16) * 50, 2, 3)),
     ("attention_at_step", attention_at, (rand(1, 16), rand(12, 16) * 50, rand(12, 16) * 50, 2, 6)),
     ("attention_at_chunks", attention_at, (rand(1, 16), rand(100, 16) * 5, rand(100, 16), 2, 40)),
-    ("attention_at_prompt", attention_at, (rand(3, 16), rand(15, 16) * 50, rand(15, 16) * 50, 2, 4)),
+    ("attention_at_prompt", attention_at, (rand(3, 16), rand(15, 16) * 5, rand(15, 16), 2, 4)),
     ("embed_append", embed_append, (rand(10, 8, dtype=np.float16), rand(7, 8), np.array([9, 0, 4], np.int32),
                                     rand(3, 16))),
     ("linear_add_gemv", linear_add, (rand(2, 21), rand(18, 21), rand(18), rand(2, 18))),
@@ -392,7 +392,7 @@ def compile_ptx(signatures_path):
     jobs.append(("attend_part", _cuda_fast.attend_part.py_func,
                  (f32, f32, f32, f32_3, f32_3, i64, i64, i64, types.float32, types.boolean, i64, at), False))
     jobs.append(("attend_join", _cuda_fast.attend_join.py_func,
-                 (f32_3, f32_3, f32, i64, i64, i64, i64, types.float32, types.boolean, i64, at), False))
+                 (f32_3, f32_3, f32, i64, i64, i64, types.float32, types.boolean, i64, at), False))
     jobs.append(("scores_tiled", _cuda_fast.scores_tiled.py_func, (f32, f32, f32_3, i64, i64, i64), False))
     jobs.append(("values_tiled", _cuda_fast.values_tiled.py_func, (f32_3, f32, f32, i64, i64, i64), False))
     report = {"compiled": 0, "f64": [], "errors": {},

@@ -45,8 +45,11 @@ ROW_THREADS = 128  # layernorm_rows: threads per row (a power of two)
 # (a decoder step has only H (head, query) pairs: one block each left the H200 latency-bound, ~70
 # µs per launch over the cross-attention's 1500 keys, on 6 of its 132 multiprocessors)
 ATTEND_KEYS = 32
-ATTEND_THREADS = 128   # >= ATTEND_HD and >= ATTEND_KEYS
+# threads per block, >= ATTEND_HD and >= ATTEND_KEYS: enough that staging a chunk's keys and
+# summing its values are a few loads per thread (a thread waits out each load of a loop in turn)
+ATTEND_THREADS = 512
 ATTEND_HD = 128        # the widest head they take (Whisper's are 64)
+ATTEND_MAX_CHUNKS = 64   # ... and the most keys: ATTEND_MAX_CHUNKS * ATTEND_KEYS (1500 are 47)
 ATTEND_ROW = ATTEND_HD + 1   # attend_part's shared key rows, padded: no bank conflicts
 ATTEND_MAX_ROWS = 4   # the backend uses them up to this many queries
 
@@ -255,11 +258,17 @@ def attend_part(q, k, v, p, part, nq, nk, hd, scale, causal, q_offset, at):
 
 
 @cuda.jit(cache=True)
-def attend_join(p, part, out, nq, nk, n_chunks, hd, scale, causal, q_offset, at):
-    """Block r = h * nq + qi: attend_part's chunks merged, each scaled by exp(scale * (its
-    largest - the largest)): out[qi, h*hd + c] = their value sums / their exp sums; p[h, qi]
-    becomes the probabilities (0 where masked)."""
-    r = cuda.blockIdx.x
+def attend_join(p, part, out, nq, nk, hd, scale, causal, q_offset, at):
+    """Block (c, r), r = h * nq + qi: attend_part's chunks merged, each weighted by exp(scale *
+    (its largest - the largest)). Every block normalises its chunk's p[h, qi] into probabilities
+    (0 where masked); block 0 also writes out[qi, h*hd + c] = the chunks' weighted value sums /
+    their weighted exp sums. Each block reads the chunks' (largest, sum) pairs at once into
+    shared memory: a loop of dependent global loads per thread is what makes a GPU wait."""
+    tops = cuda.shared.array(ATTEND_MAX_CHUNKS, float32)
+    weights = cuda.shared.array(ATTEND_MAX_CHUNKS, float32)
+    red = cuda.shared.array(ATTEND_THREADS, float32)
+    c = cuda.blockIdx.x
+    r = cuda.blockIdx.y
     t = cuda.threadIdx.x
     h = r // nq
     qi = r - h * nq
@@ -267,22 +276,37 @@ def attend_join(p, part, out, nq, nk, n_chunks, hd, scale, causal, q_offset, at)
     if causal:
         m = min(nk, qi + q_offset + at[0] + 1)
     used = (m + ATTEND_KEYS - 1) // ATTEND_KEYS   # chunks past the mask hold nothing
+    for i in range(t, used, ATTEND_THREADS):
+        tops[i] = part[r, i, 0]
+    cuda.syncthreads()
     top = np.float32(-math.inf)
-    for c in range(used):
-        top = max(top, part[r, c, 0])
+    for i in range(used):      # every thread reads the same word: a broadcast
+        top = max(top, tops[i])
+    for i in range(t, used, ATTEND_THREADS):
+        weights[i] = math.exp((tops[i] - top) * scale)
+    cuda.syncthreads()
     total = np.float32(0.0)
-    for c in range(used):
-        total += part[r, c, 1] * math.exp((part[r, c, 0] - top) * scale)
+    for i in range(used):
+        total += part[r, i, 1] * weights[i]
     inv = np.float32(1.0) / total
-    if t < hd:
+    j = c * ATTEND_KEYS + t
+    if t < ATTEND_KEYS and j < nk:
+        p[h, qi, j] = math.exp((p[h, qi, j] - top) * scale) * inv if j < m else np.float32(0.0)
+    if c == 0:   # the same for the whole block: its syncthreads are reached by every thread
+        groups = ATTEND_THREADS // hd   # thread t sums column t % hd over every G-th chunk
+        g = t // hd
+        col = t - g * hd
         acc = np.float32(0.0)
-        for c in range(used):
-            acc += part[r, c, 2 + t] * math.exp((part[r, c, 0] - top) * scale)
-        out[qi, h * hd + t] = acc * inv
-    for j in range(t, m, ATTEND_THREADS):
-        p[h, qi, j] = math.exp((p[h, qi, j] - top) * scale) * inv
-    for j in range(m + t, nk, ATTEND_THREADS):
-        p[h, qi, j] = np.float32(0.0)
+        if g < groups:
+            for i in range(g, used, groups):
+                acc += part[r, i, 2 + col] * weights[i]
+        red[t] = acc
+        cuda.syncthreads()
+        if t < hd:
+            acc = np.float32(0.0)
+            for gi in range(groups):
+                acc += red[gi * hd + t]
+            out[qi, h * hd + t] = acc * inv
 
 
 @cuda.jit(cache=True)
@@ -341,32 +365,33 @@ def layernorm(launch, x, w, b, out, eps):
     launch(layernorm_rows, x.shape[0], ROW_THREADS, x, w, b, out, x.shape[1], eps)
 
 
-def reads_position(nq, hd):
-    """Whether attention() runs attend_part/attend_join for nq queries of heads hd wide: the
-    kernels that read the causal offset from a device array."""
-    return nq <= ATTEND_MAX_ROWS and hd <= ATTEND_HD
+def reads_position(nq, nk, hd):
+    """Whether attention() runs attend_part/attend_join for nq queries over nk keys of heads hd
+    wide: the kernels that read the causal offset from a device array."""
+    return nq <= ATTEND_MAX_ROWS and nk <= ATTEND_MAX_CHUNKS * ATTEND_KEYS and hd <= ATTEND_HD
 
 
 def attention(launch, q, k, v, out, p, causal, q_offset, at, scratch):
     """As kernels.attention.attention_portable (p the (H, nq, nk) probabilities' scratch), the
     causal offset q_offset + at[0] (at a (1,) int32 device array) where reads_position, else
-    q_offset; False when the head is wider than attend_part's tile, and nothing was done.
+    q_offset (the tiled kernels); False for a few queries whose heads are wider than
+    attend_part's tile, and nothing was done.
     scratch(name, shape): the backend's scratch buffers (attend_part's partial results)."""
     n_head, nq, nk = p.shape
     hd = q.shape[1] // n_head
     scale = np.float32(1.0 / math.sqrt(hd))
     if nq == 0:
         return True
-    if nq <= ATTEND_MAX_ROWS:
-        if not reads_position(nq, hd):
-            return False
+    if reads_position(nq, nk, hd):
         chunks = (nk + ATTEND_KEYS - 1) // ATTEND_KEYS
         part = scratch("attention.part", (n_head * nq, chunks, 2 + hd))
         launch(attend_part, (chunks, n_head * nq), ATTEND_THREADS, q, k, v, p, part, nq, nk, hd,
                scale, causal, q_offset, at)
-        launch(attend_join, n_head * nq, ATTEND_THREADS, p, part, out, nq, nk, chunks, hd, scale,
-               causal, q_offset, at)
+        launch(attend_join, (chunks, n_head * nq), ATTEND_THREADS, p, part, out, nq, nk, hd,
+               scale, causal, q_offset, at)
         return True
+    if nq <= ATTEND_MAX_ROWS and hd > ATTEND_HD:
+        return False
     tiles = (nq + TILE - 1) // TILE
     launch(scores_tiled, ((nk + TILE - 1) // TILE, tiles, n_head), (TILE, TILE), q, k, p, nq, nk, hd)
     softmax(launch, p.reshape(n_head * nq, nk), scale, nq, causal, q_offset)
