@@ -26,7 +26,7 @@ def run_check(args, simulator):
     if simulator:
         env["NUMBA_ENABLE_CUDASIM"] = "1"
     proc = subprocess.run([sys.executable, CHECK, *args], env=env, capture_output=True, text=True,
-                          timeout=300)
+                          timeout=600)
     reports = [line for line in proc.stdout.splitlines() if line.startswith("REPORT ")]
     assert reports, f"no REPORT line (exit {proc.returncode}):\n{proc.stdout}\n{proc.stderr[-3000:]}"
     return proc, json.loads(reports[-1][len("REPORT "):])
