@@ -284,8 +284,8 @@ class Whisper:
         def heads(x):
             return heads_int8(be, x, d.n_text_head) if int8 else be.heads(x, d.n_text_head)
 
-        ks = [heads(kv[:, 2 * i * width:(2 * i + 1) * width]) for i in range(d.n_text_layer)]
-        vs = [heads(kv[:, (2 * i + 1) * width:(2 * i + 2) * width]) for i in range(d.n_text_layer)]
+        ks = [heads(be.columns(kv, 2 * i * width, (2 * i + 1) * width)) for i in range(d.n_text_layer)]
+        vs = [heads(be.columns(kv, (2 * i + 1) * width, (2 * i + 2) * width)) for i in range(d.n_text_layer)]
         self._cross = (enc, ks, vs)
         return ks, vs
 

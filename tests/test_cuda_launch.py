@@ -284,3 +284,23 @@ def test_replay_never_records_a_position_read_on_the_host():
     for _ in range(4):
         _replay(be, owner, calls, reads_host=True)
     assert len(calls) == 4 and be.run.captures == 0 and be.run.replays == 0
+
+
+@pytest.mark.parametrize("start, stop", [(0, 384), (384, 768), (1152, 1536), (5, 6), (1535, 1536)])
+def test_columns_view_is_numbas_slice(start, stop):
+    """CudaBackend.columns builds x[:, start:stop] itself (Numba's slicing walks all the rows):
+    the shape, strides and memory span of Numba's own slice."""
+    from types import SimpleNamespace
+
+    from numba.cuda.cudadrv import driver
+    from nwhisper.backend import CudaBackend
+    address, n, width = 0x7F0000100000, 1500, 1536
+    memory = driver.MemoryPointer(None, driver.binding.CUdeviceptr(address), n * width * 4)
+    x = DeviceNDArray((n, width), (width * 4, 4), np.dtype(np.float32), gpu_data=memory)
+    got = CudaBackend.columns(SimpleNamespace(simulator=False), x, start, stop)
+    want = x._dummy[:, start:stop]   # Numba's slice arithmetic (x[...] itself needs a driver)
+    begin, end = want.extent
+    assert got.shape == want.shape and got.strides == want.strides and got.dtype == x.dtype
+    assert got.device_ctypes_pointer.value == address + begin and got.gpu_data.size == end - begin
+    with pytest.raises(ValueError):
+        CudaBackend.columns(SimpleNamespace(simulator=False), x, stop, width + 1)
