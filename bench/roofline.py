@@ -36,7 +36,8 @@ Decoder bytes per token: what one single-token Whisper.decode (vocabulary projec
 reads, counted from the arrays the loaded model holds, in the precision its few-row products
 read them (float32: the checkpoint's float16, 2 bytes a weight, widened at the point of use — 4 for
 a float32 checkpoint; compute_type "int8": 1 byte a weight + a 4-byte scale a row):
-    weights     per layer: self-attention q, k, v, out + cross-attention q, out + fc1 + fc2
+    weights     per layer: self-attention q, k and v (one stacked product), out + cross-attention
+                q, out + fc1 + fc2
                 = 14·d² weights, with their biases and LayerNorms
     out proj    the tied output projection, n_vocab × d
     cross K/V   the window's cross-attention keys and values, 2 · 1500 · d per layer (float32;
@@ -128,7 +129,7 @@ def decoder_bytes(model, state, position):
     for blk in model.dec_blocks:
         for ln in (blk.attn_ln, blk.cross_ln, blk.mlp_ln):
             weights += ln.w.nbytes + ln.b.nbytes
-        for lin in (blk.attn.q, blk.attn.k, blk.attn.v, blk.attn.out, blk.cross.q, blk.cross.out,
+        for lin in (blk.attn.q, blk.attn.kv, blk.attn.out, blk.cross.q, blk.cross.out,
                     blk.fc1, blk.fc2):
             weights += _read_bytes(lin.w) + (lin.b.nbytes if lin.b is not None else 0)
     cross = sum(_read_bytes(k) + _read_bytes(v) for k, v in zip(state.cross_k, state.cross_v))

@@ -101,12 +101,13 @@ class Backend:
         full = self.weight(a)
         return Int8Weight(*quantize_int8(self, full), full)
 
-    def _linear_body(self, x, w, out, bias):
-        """out = x @ w.T (+ bias) by linear_elem; w f32/f16 (CPU: uint16 bits) or an Int8Weight."""
+    def _linear_body(self, x, w, out, bias, accumulate=False):
+        """out = x @ w.T (+ bias) by linear_elem (out += … when `accumulate`); w f32/f16 (CPU:
+        uint16 bits) or an Int8Weight."""
         q, scale = (w.q, w.scale) if isinstance(w, Int8Weight) else (w, self._none)
         n, n_in = x.shape
         self.launch(linear_elem, q.shape[0], x, q, scale,
-                    self._none if bias is None else bias, out, n, n_in,
+                    self._none if bias is None else bias, out, n, n_in, accumulate,
                     work=n * q.shape[0] * n_in // 64)  # vectorised: ~64 MACs per scalar step
 
     def flat(self, a):
@@ -215,19 +216,29 @@ class CpuBackend(Backend):
             w.packed = gemm_int8.PackedInt8(w.q, w.scale)
         return w
 
+    def _on_body(self, x, w):
+        """Whether gemm multiplies x by w with linear_elem (not BLAS, not the int8 GEMM)."""
+        if isinstance(w, Int8Weight):
+            return x.shape[0] <= self.GEMV_ROWS or w.packed is None
+        return w.dtype == np.uint16
+
+    def gemm_add(self, x, w, out, bias=None):
+        """As Backend.gemm_add; on linear_elem the sum is added as it is stored (one launch)."""
+        if self._on_body(x, w):
+            self._linear_body(x, w, out, bias, accumulate=True)
+        else:
+            super().gemm_add(x, w, out, bias)
+
     def gemm(self, x, w, out, bias=None):
         """out[n, o] = x[n, i] @ w[o, i].T (+ bias[o]); x, out f32 2-D; w from weight() or
         weight_int8(). f32 on BLAS (it matches or beats linear_elem from one row up,
         bench/kernels.py); f16 bits on linear_elem; int8 on linear_elem, or above GEMV_ROWS
         rows on the int8 GEMM (activations quantised per row) when the weight was packed for it."""
-        if isinstance(w, Int8Weight):
-            if x.shape[0] > self.GEMV_ROWS and w.packed is not None:
-                gemm_int8.gemm(x, w.packed, bias, out, self.scratch)
-            else:
-                self._linear_body(x, w, out, bias)
-            return
-        if w.dtype == np.uint16:    # f16 bits (weight(gemv=True))
+        if self._on_body(x, w):    # int8 rows, or f16 bits (weight(gemv=True))
             self._linear_body(x, w, out, bias)
+            return
+        if isinstance(w, Int8Weight):
+            gemm_int8.gemm(x, w.packed, bias, out, self.scratch)
             return
         if w.dtype != np.float32:
             raise TypeError(f"gemm: the weight is {w.dtype}; prepare it with be.weight() "
@@ -370,13 +381,13 @@ class CudaBackend(Backend):
             self._linear_body(x, w, out, bias)
 
     def gemm_add(self, x, w, out, bias=None):
-        """As Backend.gemm_add; where gemm runs a fast path, that GEMM or GEMV adds its result to
-        out itself (one launch, where a decoder step's launches are what it costs)."""
+        """As Backend.gemm_add; the GEMM, GEMV or linear_elem adds its result to out itself (one
+        launch, where a decoder step's launches are what it costs)."""
         w = self._matrix(x, w)
         if self.fast_paths and not isinstance(w, Int8Weight):
             self._fast.gemm(self.run, x, w, self._none if bias is None else bias, out, accumulate=True)
         else:
-            super().gemm_add(x, w, out, bias)
+            self._linear_body(x, w, out, bias, accumulate=True)
 
     def softmax_rows(self, x, scale=1.0, nq=1, causal=False, q_offset=0):
         """As Backend.softmax_rows; with fast paths one block of threads per row."""

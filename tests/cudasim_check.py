@@ -130,7 +130,7 @@ def linear_portable(be, x, w, bias):
     out = be.empty((x.shape[0], w.shape[0]))
     none = be.upload(np.zeros(0, np.float32))
     be.launch(linear_elem, out.shape[1], be.upload(x), be.weight(w), none,
-              none if bias is None else be.upload(bias), out, x.shape[0], x.shape[1])
+              none if bias is None else be.upload(bias), out, x.shape[0], x.shape[1], False)
     return [be.download(out)]
 
 

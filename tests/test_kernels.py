@@ -156,7 +156,7 @@ def test_linear(be, rng, n, i, o, wdtype, with_bias):
     portable = be.empty((n, o))
     none = np.zeros(0, np.float32)
     be.launch(linear_elem, o, x, be.weight(w), none,
-              none if bias is None else bias, portable, n, i)
+              none if bias is None else bias, portable, n, i, False)
     check("linear portable body vs BLAS", portable, out)
     # gemv=True (the decoder's matrices): f16 stays f16 — on the CPU as uint16 bits that
     # linear_elem widens (kernels/widen.py), whatever the number of rows.
@@ -246,7 +246,7 @@ def test_int8_weights_use_the_int8_gemm_for_many_rows(be, rng):
         assert odd.packed is None and odd.full is None
         got, body = np.empty((12, odd.shape[0]), np.float32), np.empty((12, odd.shape[0]), np.float32)
         K.linear(be, x, odd, None, got)
-        be.launch(linear_elem, odd.shape[0], x, odd.q, odd.scale, none, body, 12, 96)
+        be.launch(linear_elem, odd.shape[0], x, odd.q, odd.scale, none, body, 12, 96, False)
         assert np.array_equal(got, body)
     with pytest.raises(ValueError, match="multiple of 64"):
         gemm_int8.PackedInt8(odd.q[:100], odd.scale[:100])

@@ -19,8 +19,9 @@ from nwhisper.kernels._compile import kernel
 from nwhisper.kernels.widen import widen
 
 @kernel
-def linear_elem(o, x, w, scale, bias, out, n, n_in):
-    """out[r, o] = sum_c x[r, c] * w[o, c] (* scale[o]) (+ bias[o]) for every row r: one item
+def linear_elem(o, x, w, scale, bias, out, n, n_in, accumulate):
+    """out[r, o] = sum_c x[r, c] * w[o, c] (* scale[o]) (+ bias[o]) for every row r (added to
+    what out holds when `accumulate`: a residual stream's update in the same pass): one item
     per output o, so its weight row is read from memory once for all n rows (beam search's).
 
     x (n, n_in) f32, w (n_out, n_in) f32/f16/int8 (f16 on the CPU as uint16 bits: widen.py),
@@ -34,7 +35,8 @@ def linear_elem(o, x, w, scale, bias, out, n, n_in):
         acc = np.float32(0.0)
         for c in range(n_in):
             acc += x[r, c] * widen(w[o, c])
-        out[r, o] = acc * s + b
+        y = acc * s + b
+        out[r, o] = out[r, o] + y if accumulate else y
 
 
 class Int8Weight:
