@@ -92,9 +92,9 @@ class _LayerNorm:
 
 class _Attention:
     """q/k/v/out projections. kv="apart": k and v (the encoder's, whose attention reads them as
-    they are); "stacked": one product `kv` giving [k | v] (the decoder's self-attention, whose
-    step appends them to the cache: one launch less); None: the cross-attention's, which run
-    once per window, all layers in one product (Whisper.cross_kv)."""
+    they are); "stacked": one product `kv` giving [k | v] (the decoder's self-attention, which
+    appends both to the cache at a position read on the device: kernels.kv_append); None: the
+    cross-attention's, which run once per window, all layers in one product (Whisper.cross_kv)."""
 
     def __init__(self, be, ck, prefix, store, kv="apart"):
         self.q = _Linear(be, ck, prefix + ".q_proj", store=store)
