@@ -129,7 +129,7 @@ def decoder_bytes(model, state, position):
     for blk in model.dec_blocks:
         for ln in (blk.attn_ln, blk.cross_ln, blk.mlp_ln):
             weights += ln.w.nbytes + ln.b.nbytes
-        for lin in (blk.attn.q, blk.attn.kv, blk.attn.out, blk.cross.q, blk.cross.out,
+        for lin in (blk.attn.qkv, blk.attn.out, blk.cross.q, blk.cross.out,
                     blk.fc1, blk.fc2):
             weights += _read_bytes(lin.w) + (lin.b.nbytes if lin.b is not None else 0)
     cross = sum(_read_bytes(k) + _read_bytes(v) for k, v in zip(state.cross_k, state.cross_v))

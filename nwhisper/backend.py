@@ -118,6 +118,15 @@ class Backend:
         """x[:, start:stop] of a C-contiguous 2-D array: a view."""
         return x[:, start:stop]
 
+    def normalized(self, x, ln):
+        """LayerNorm(x) (ln = (w, b, eps)) in a scratch buffer: what gemm multiplies where it does
+        not fuse the normalisation into its product; x itself for ln None."""
+        if ln is None:
+            return x
+        h = self.scratch("gemm.ln", x.shape)
+        self.layernorm(x, ln[0], ln[1], h, np.float32(ln[2]))
+        return h
+
     def gemm_add(self, x, w, out, bias=None):
         """out += x @ w.T (+ bias), as gemm into a scratch buffer and add_elem; a backend may fuse
         the two."""
@@ -229,11 +238,13 @@ class CpuBackend(Backend):
         else:
             super().gemm_add(x, w, out, bias)
 
-    def gemm(self, x, w, out, bias=None):
-        """out[n, o] = x[n, i] @ w[o, i].T (+ bias[o]); x, out f32 2-D; w from weight() or
+    def gemm(self, x, w, out, bias=None, ln=None):
+        """out[n, o] = x[n, i] @ w[o, i].T (+ bias[o]), of LayerNorm(x) when ln = (w, b, eps) is
+        given (normalized: here a launch of its own); x, out f32 2-D; w from weight() or
         weight_int8(). f32 on BLAS (it matches or beats linear_elem from one row up,
         bench/kernels.py); f16 bits on linear_elem; int8 on linear_elem, or above GEMV_ROWS
         rows on the int8 GEMM (activations quantised per row) when the weight was packed for it."""
+        x = self.normalized(x, ln)
         if self._on_body(x, w):    # int8 rows, or f16 bits (weight(gemv=True))
             self._linear_body(x, w, out, bias)
             return
@@ -310,6 +321,7 @@ class CudaBackend(Backend):
             from nwhisper.kernels import _cuda_fast
             self._fast = _cuda_fast
         self._none = self.empty((0,), np.float32)
+        self._no_ln = (self._none, self._none, np.float32(0.0))   # _cuda_fast.gemm's "no LayerNorm"
         self._zero_at = self.zeros((1,), np.int32)   # attend_part's `at` where there is none
         self._memcpy = None   # cuMemcpyHtoD(device pointer, host pointer, bytes), or Numba's copy
         if not self.simulator:
@@ -370,22 +382,29 @@ class CudaBackend(Backend):
         linear_elem) up to GEMV_ROWS rows of x, its full matrix above; any other weight as is."""
         return w.full if isinstance(w, Int8Weight) and x.shape[0] > self.GEMV_ROWS else w
 
-    def gemm(self, x, w, out, bias=None):
-        """out[n, o] = x[n, i] @ w[o, i].T (+ bias[o]): a tiled GEMM, or a GEMV for a few rows
-        (kernels/_cuda_fast.py); without fast paths, or for int8 rows, the portable body
+    def gemm(self, x, w, out, bias=None, ln=None):
+        """out[n, o] = x[n, i] @ w[o, i].T (+ bias[o]) (of LayerNorm(x) with ln, as
+        CpuBackend.gemm): a tiled GEMM, or a GEMV for a few rows (kernels/_cuda_fast.py), which
+        normalises x as it reads it; without fast paths, or for int8 rows, the portable body
         matmul.linear_elem."""
         w = self._matrix(x, w)
         if self.fast_paths and not isinstance(w, Int8Weight):
-            self._fast.gemm(self.run, x, w, self._none if bias is None else bias, out)
+            if ln is not None and self._fast.fuses_layernorm(x.shape[0]):
+                ln, fused = (ln[0], ln[1], np.float32(ln[2])), True
+            else:
+                fused = False
+            self._fast.gemm(self.run, self.normalized(x, None if fused else ln), w,
+                            self._none if bias is None else bias, out, ln if fused else self._no_ln)
         else:
-            self._linear_body(x, w, out, bias)
+            self._linear_body(self.normalized(x, ln), w, out, bias)
 
     def gemm_add(self, x, w, out, bias=None):
         """As Backend.gemm_add; the GEMM, GEMV or linear_elem adds its result to out itself (one
         launch, where a decoder step's launches are what it costs)."""
         w = self._matrix(x, w)
         if self.fast_paths and not isinstance(w, Int8Weight):
-            self._fast.gemm(self.run, x, w, self._none if bias is None else bias, out, accumulate=True)
+            self._fast.gemm(self.run, x, w, self._none if bias is None else bias, out, self._no_ln,
+                            accumulate=True)
         else:
             self._linear_body(x, w, out, bias, accumulate=True)
 
@@ -410,6 +429,14 @@ class CudaBackend(Backend):
         layer's cross-attention keys and values, every window)."""
         if self.simulator:
             return super().columns(x, start, stop)
+        views = x.__dict__.setdefault("_nw_columns", {})   # scratch views are asked again and again
+        view = views.get((start, stop))
+        if view is None:
+            view = views[(start, stop)] = self._columns(x, start, stop)
+        return view
+
+    @staticmethod
+    def _columns(x, start, stop):
         from numba.cuda.cudadrv.devicearray import DeviceNDArray
         n, width = x.shape
         if not 0 <= start <= stop <= width or not x.is_c_contiguous():

@@ -71,8 +71,10 @@ class _Linear:
         self.b = None if b is None else be.upload(b)
         self.n_out = w.shape[0]
 
-    def __call__(self, be, x, out):
-        K.linear(be, x, self.w, self.b, out)
+    def __call__(self, be, x, out, ln=None):
+        """out = x·Wᵀ (+ b), or LayerNorm `ln`(x)·Wᵀ (+ b): the backend may normalise x as its
+        product reads it (a GPU's GEMV: one launch, no normalised copy)."""
+        K.linear(be, x, self.w, self.b, out, None if ln is None else (ln.w, ln.b, LN_EPS))
         return out
 
     def add_to(self, be, x, out):
@@ -91,19 +93,21 @@ class _LayerNorm:
 
 
 class _Attention:
-    """q/k/v/out projections. kv="apart": k and v (the encoder's, whose attention reads them as
-    they are); "stacked": one product `kv` giving [k | v] (the decoder's self-attention, which
-    appends both to the cache at a position read on the device: kernels.kv_append); None: the
-    cross-attention's, which run once per window, all layers in one product (Whisper.cross_kv)."""
+    """q/k/v/out projections. kv="apart": q, k and v (the encoder's, whose attention reads them
+    as they are); "stacked": one product `qkv` giving [q | k | v] (the decoder's self-attention:
+    one launch instead of three, whose k and v are appended to the cache at a position read on
+    the device, kernels.kv_append); None: q only, the cross-attention's (its k and v run once per
+    window, all layers in one product: Whisper.cross_kv)."""
 
     def __init__(self, be, ck, prefix, store, kv="apart"):
-        self.q = _Linear(be, ck, prefix + ".q_proj", store=store)
+        if kv == "stacked":
+            self.qkv = _Linear(be, ck, store=store, parts=[
+                (prefix + ".q_proj", True), (prefix + ".k_proj", False), (prefix + ".v_proj", True)])
+        else:
+            self.q = _Linear(be, ck, prefix + ".q_proj", store=store)
         if kv == "apart":
             self.k = _Linear(be, ck, prefix + ".k_proj", bias=False, store=store)
             self.v = _Linear(be, ck, prefix + ".v_proj", store=store)
-        elif kv == "stacked":
-            self.kv = _Linear(be, ck, store=store,
-                              parts=[(prefix + ".k_proj", False), (prefix + ".v_proj", True)])
         self.out = _Linear(be, ck, prefix + ".out_proj", store=store)
 
 
@@ -316,9 +320,8 @@ class Whisper:
         K.add(be, x, pe, x)
         at = be.upload(np.array([pos], np.int32))   # kv_append's position
         for i, blk in enumerate(self.dec_blocks):
-            h = blk.attn_ln(be, x, s.get("h", n, width))
-            q = blk.attn.q(be, h, s.get("q", n, width))
-            kv = blk.attn.kv(be, h, s.get("kv", n, 2 * width))
+            qkv = blk.attn.qkv(be, x, s.get("qkv", n, 3 * width), ln=blk.attn_ln)
+            q, kv = be.columns(qkv, 0, width), be.columns(qkv, width, 3 * width)
             a = s.get("a", n, width)
             for b in range(n):
                 K.kv_append(be, kv[b:b + 1], state.self_k[i][b], state.self_v[i][b], at)
@@ -395,9 +398,9 @@ class Whisper:
         is the same number)."""
         be, s, width = self.be, self.scratch, x.shape[1]
         heads = self.dims.n_text_head if cache else self.dims.n_audio_head
-        h = blk.attn_ln(be, x, s.get("h", n, width))
-        q = blk.attn.q(be, h, s.get("q", n, width))
         if cache is None:
+            h = blk.attn_ln(be, x, s.get("h", n, width))
+            q = blk.attn.q(be, h, s.get("q", n, width))
             k = blk.attn.k(be, h, s.get("k", n, width))
             v = blk.attn.v(be, h, s.get("v", n, width))
             a = s.get("a", n, width)
@@ -405,8 +408,10 @@ class Whisper:
         else:
             state, i, tokens = cache
             pos = state.length
-            kv = blk.attn.kv(be, h, s.get("kv", n, 2 * width))
-            K.kv_append(be, kv, state.self_k[i], state.self_v[i], tokens)
+            qkv = blk.attn.qkv(be, x, s.get("qkv", n, 3 * width), ln=blk.attn_ln)
+            q = be.columns(qkv, 0, width)
+            K.kv_append(be, be.columns(qkv, width, 3 * width), state.self_k[i], state.self_v[i],
+                        tokens)
             a = s.get("a", n, width)
             K.attention(be, q, state.self_k[i], state.self_v[i], a, heads, causal=True, q_offset=pos,
                         n_keys=pos + n, at=tokens)
@@ -416,8 +421,7 @@ class Whisper:
         """x += out_proj(attention(LN(x)) over the window's cross K/V); returns the attention
         probabilities (n_head, n, n_audio_ctx) when `weights`, else None."""
         be, s, width = self.be, self.scratch, x.shape[1]
-        h = blk.cross_ln(be, x, s.get("h", n, width))
-        q = blk.cross.q(be, h, s.get("q", n, width))
+        q = blk.cross.q(be, x, s.get("q", n, width), ln=blk.cross_ln)
         a = s.get("a", n, width)
         p = K.attention(be, q, state.cross_k[i], state.cross_v[i], a, self.dims.n_text_head,
                         weights=weights)
@@ -425,8 +429,7 @@ class Whisper:
         return p
 
     def _mlp(self, blk, x, n):
-        be, s, width = self.be, self.scratch, x.shape[1]
-        h = blk.mlp_ln(be, x, s.get("h", n, width))
-        f = blk.fc1(be, h, s.get("f", n, blk.fc1.n_out))
+        be, s = self.be, self.scratch
+        f = blk.fc1(be, x, s.get("f", n, blk.fc1.n_out), ln=blk.mlp_ln)
         K.gelu(be, f, f)
         blk.fc2.add_to(be, f, x)

@@ -118,6 +118,15 @@ def linear(be, x, w, bias):
     return [be.download(out)]
 
 
+def linear_ln(be, x, w, bias, ln_w, ln_b):
+    """out = LayerNorm(x) @ w.T + bias (the CUDA GEMV normalises x as it reads it; elsewhere a
+    layernorm launch, then the product)."""
+    out = be.empty((x.shape[0], w.shape[0]))
+    K.linear(be, be.upload(x), be.weight(w), be.upload(bias), out,
+             (be.upload(ln_w), be.upload(ln_b), 1e-5))
+    return [be.download(out)]
+
+
 def linear_add(be, x, w, bias, residual):
     """out += x @ w.T + bias (CUDA fast paths: the GEMV's or GEMM's epilogue adds)."""
     out = be.upload(residual.copy())
@@ -295,6 +304,9 @@ CASES = [
     ("attention_at_prompt", attention_at, (rand(3, 16), rand(15, 16) * 5, rand(15, 16), 2, 4)),
     ("embed_append", embed_append, (rand(10, 8, dtype=np.float16), rand(7, 8), np.array([9, 0, 4], np.int32),
                                     rand(3, 16))),
+    ("linear_ln_gemv_f16", linear_ln, (rand(2, 37) * 3 + 1, rand(19, 37, dtype=np.float16), rand(19),
+                                       rand(37), rand(37))),
+    ("linear_ln_tiled", linear_ln, (rand(9, 21) * 3 + 1, rand(18, 21), rand(18), rand(21), rand(21))),
     ("linear_add_gemv", linear_add, (rand(2, 21), rand(18, 21), rand(18), rand(2, 18))),
     ("linear_add_tiled_f16", linear_add, (rand(17, 35), rand(33, 35, dtype=np.float16), None, rand(17, 33))),
 ]
@@ -382,7 +394,8 @@ def compile_ptx(signatures_path):
         jobs.append((f"gemm_tiled({wtype})", _cuda_fast.gemm_tiled.py_func,
                      (f32, w, vec, f32, types.int64, types.int64, types.int64, types.boolean), False))
         jobs.append((f"gemv({wtype})", _cuda_fast.gemv.py_func,
-                     (f32, w, vec, f32, types.int64, types.int64, types.boolean, types.int64), False))
+                     (f32, w, vec, f32, types.int64, types.int64, types.boolean, types.int64, vec, vec,
+                      types.float32), False))
     jobs.append(("softmax_rows", _cuda_fast.softmax_rows.py_func,
                  (f32, types.int64, types.float32, types.int64, types.boolean, types.int64), False))
     f32_3 = types.Array(types.float32, 3, "C")

@@ -82,19 +82,48 @@ def gemm_tiled(x, w, bias, out, n, n_in, n_out, accumulate):
 
 
 @cuda.jit(cache=True)
-def gemv(x, w, bias, out, n_in, n_out, accumulate, lanes):
+def gemv(x, w, bias, out, n_in, n_out, accumulate, lanes, ln_w, ln_b, eps):
     """Block (bx, r) of GEMV_THREADS threads, `lanes` of them per output (a power of two): they
     compute out[r, bx*outs + t // lanes], outs = GEMV_THREADS // lanes, each lane summing every
     lanes-th column, then their partial sums in shared memory (adds the result to what is in
-    out when `accumulate`)."""
+    out when `accumulate`). With ln_w not empty, of LayerNorm(x[r]) (ln_w, ln_b, eps): the block
+    first reduces the row's mean and variance as layernorm_rows does, and normalises each
+    column where it reads it (the normalised row is never stored: one launch instead of two)."""
     part = cuda.shared.array(GEMV_THREADS, float32)
     t = cuda.threadIdx.x
     ty = t // lanes
     lane = t - ty * lanes
     o = cuda.blockIdx.x * (GEMV_THREADS // lanes) + ty
     r = cuda.blockIdx.y
+    norm = ln_w.shape[0] > 0
+    mean = np.float32(0.0)
+    inv = np.float32(1.0)
+    if norm:
+        var = np.float32(0.0)
+        for stage in range(2):  # the sum (mean is 0: d is x), then the squared deviations
+            acc = np.float32(0.0)
+            for c in range(t, n_in, GEMV_THREADS):
+                d = x[r, c] - mean
+                acc += d if stage == 0 else d * d
+            part[t] = acc
+            cuda.syncthreads()
+            step = GEMV_THREADS // 2
+            while step > 0:
+                if t < step:
+                    part[t] += part[t + step]
+                cuda.syncthreads()
+                step //= 2
+            if stage == 0:
+                mean = part[0] / np.float32(n_in)
+            else:
+                var = part[0] / np.float32(n_in)
+            cuda.syncthreads()  # every thread has read part[0] before it is reused
+        inv = np.float32(1.0) / math.sqrt(var + eps)
     acc = np.float32(0.0)
-    if o < n_out:
+    if o < n_out and norm:
+        for c in range(lane, n_in, lanes):
+            acc += ((x[r, c] - mean) * inv * ln_w[c] + ln_b[c]) * np.float32(w[o, c])
+    elif o < n_out:
         # four columns a turn, their loads first: a warp then waits for memory once a turn
         # instead of once a column (Numba leaves this loop rolled; the vocabulary's 51864 rows
         # of 384 took 55 µs, 0.7 TB/s, on an H200). The sum's order is the rolled loop's.
@@ -408,6 +437,11 @@ def layernorm(launch, x, w, b, out, eps):
     launch(layernorm_rows, x.shape[0], ROW_THREADS, x, w, b, out, x.shape[1], eps)
 
 
+def fuses_layernorm(n):
+    """Whether gemm() takes `ln` for n rows of x: the GEMV does."""
+    return n <= GEMV_MAX_ROWS
+
+
 def reads_position(nq, nk, hd):
     """Whether attention() runs attend_part/attend_join for nq queries over nk keys of heads hd
     wide: the kernels that read the causal offset from a device array."""
@@ -448,9 +482,10 @@ def softmax(launch, x, scale, nq, causal, q_offset):
     launch(softmax_rows, x.shape[0], SOFTMAX_THREADS, x, x.shape[1], scale, nq, causal, q_offset)
 
 
-def gemm(launch, x, w, bias, out, accumulate=False):
+def gemm(launch, x, w, bias, out, ln, accumulate=False):
     """out = x @ w.T + bias on the device (out += ... when `accumulate`); bias a (0,) array for
-    none."""
+    none. ln: (ln_w, ln_b, eps), to multiply LayerNorm(x) instead, which only the GEMV does
+    (fuses_layernorm); ln_w a (0,) array for none."""
     n, n_in = x.shape
     n_out = w.shape[0]
     if n <= GEMV_MAX_ROWS:
@@ -458,8 +493,11 @@ def gemm(launch, x, w, bias, out, accumulate=False):
         while lanes < GEMV_THREADS and n_out * lanes // GEMV_THREADS < GEMV_MIN_BLOCKS:
             lanes *= 2
         outs = GEMV_THREADS // lanes
+        ln_w, ln_b, eps = ln
         launch(gemv, ((n_out + outs - 1) // outs, n), GEMV_THREADS, x, w, bias, out, n_in, n_out,
-               accumulate, lanes)
+               accumulate, lanes, ln_w, ln_b, eps)
     else:
+        if ln[0].shape[0]:
+            raise ValueError("gemm: LayerNorm is fused into the GEMV only (fuses_layernorm)")
         grid = ((n_out + TILE - 1) // TILE, (n + TILE - 1) // TILE)
         launch(gemm_tiled, grid, (TILE, TILE), x, w, bias, out, n, n_in, n_out, accumulate)

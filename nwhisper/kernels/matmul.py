@@ -76,10 +76,11 @@ def quantize_int8(be, w):
     return q, scale
 
 
-def linear(be, x, w, bias, out):
+def linear(be, x, w, bias, out, ln=None):
     """out = x @ w.T + bias; x (n, i), out (n, o) f32; w from be.weight or be.weight_int8;
-    bias (o,) or None."""
-    be.gemm(x, w, out, bias)
+    bias (o,) or None. ln = (ln_w, ln_b, eps): of LayerNorm(x) instead, normalised where the
+    backend can (a GPU's GEMV reads x and normalises it in the same launch)."""
+    be.gemm(x, w, out, bias, ln)
 
 
 def linear_add(be, x, w, bias, out):
