@@ -389,12 +389,10 @@ class CudaBackend(Backend):
         matmul.linear_elem."""
         w = self._matrix(x, w)
         if self.fast_paths and not isinstance(w, Int8Weight):
-            if ln is not None and self._fast.fuses_layernorm(x.shape[0]):
-                ln, fused = (ln[0], ln[1], np.float32(ln[2])), True
-            else:
-                fused = False
-            self._fast.gemm(self.run, self.normalized(x, None if fused else ln), w,
-                            self._none if bias is None else bias, out, ln if fused else self._no_ln)
+            fused = ln is not None and self._fast.fuses_layernorm(x.shape[0])
+            self._fast.gemm(self.run, x if fused else self.normalized(x, ln), w,
+                            self._none if bias is None else bias, out,
+                            (ln[0], ln[1], np.float32(ln[2])) if fused else self._no_ln)
         else:
             self._linear_body(self.normalized(x, ln), w, out, bias)
 

@@ -74,7 +74,7 @@ class _Linear:
     def __call__(self, be, x, out, ln=None):
         """out = x·Wᵀ (+ b), or LayerNorm `ln`(x)·Wᵀ (+ b): the backend may normalise x as its
         product reads it (a GPU's GEMV: one launch, no normalised copy)."""
-        K.linear(be, x, self.w, self.b, out, None if ln is None else (ln.w, ln.b, LN_EPS))
+        K.linear(be, x, self.w, self.b, out, None if ln is None else ln.params)
         return out
 
     def add_to(self, be, x, out):
@@ -86,6 +86,7 @@ class _LayerNorm:
     def __init__(self, be, ck, name):
         self.w = be.upload(_host(ck[name + ".weight"]))
         self.b = be.upload(_host(ck[name + ".bias"]))
+        self.params = (self.w, self.b, np.float32(LN_EPS))   # K.linear's `ln`
 
     def __call__(self, be, x, out):
         K.layernorm(be, x, self.w, self.b, out, LN_EPS)
@@ -320,8 +321,7 @@ class Whisper:
         K.add(be, x, pe, x)
         at = be.upload(np.array([pos], np.int32))   # kv_append's position
         for i, blk in enumerate(self.dec_blocks):
-            qkv = blk.attn.qkv(be, x, s.get("qkv", n, 3 * width), ln=blk.attn_ln)
-            q, kv = be.columns(qkv, 0, width), be.columns(qkv, width, 3 * width)
+            q, kv = self._qkv(blk, x, n)
             a = s.get("a", n, width)
             for b in range(n):
                 K.kv_append(be, kv[b:b + 1], state.self_k[i][b], state.self_v[i][b], at)
@@ -408,14 +408,19 @@ class Whisper:
         else:
             state, i, tokens = cache
             pos = state.length
-            qkv = blk.attn.qkv(be, x, s.get("qkv", n, 3 * width), ln=blk.attn_ln)
-            q = be.columns(qkv, 0, width)
-            K.kv_append(be, be.columns(qkv, width, 3 * width), state.self_k[i], state.self_v[i],
-                        tokens)
+            q, kv = self._qkv(blk, x, n)
+            K.kv_append(be, kv, state.self_k[i], state.self_v[i], tokens)
             a = s.get("a", n, width)
             K.attention(be, q, state.self_k[i], state.self_v[i], a, heads, causal=True, q_offset=pos,
                         n_keys=pos + n, at=tokens)
         blk.attn.out.add_to(be, a, x)
+
+    def _qkv(self, blk, x, n):
+        """The decoder self-attention's q (n, d) and [k | v] (n, 2d) of LN(x): views of one
+        stacked product."""
+        be, width = self.be, x.shape[1]
+        qkv = blk.attn.qkv(be, x, self.scratch.get("qkv", n, 3 * width), ln=blk.attn_ln)
+        return be.columns(qkv, 0, width), be.columns(qkv, width, 3 * width)
 
     def _cross_attention(self, blk, x, n, state, i, weights=False):
         """x += out_proj(attention(LN(x)) over the window's cross K/V); returns the attention
