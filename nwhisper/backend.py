@@ -25,20 +25,13 @@ import sys
 import numpy as np
 from numba.core import config as numba_config
 
-from nwhisper.kernels import _compile, gemm_int8
+from nwhisper.kernels import _compile, blas, gemm_int8
 from nwhisper.kernels.elementwise import add, fill_elem
 from nwhisper.kernels.attention import Int8Heads
 from nwhisper.kernels.matmul import Int8Weight, linear_elem, quantize_int8
 from nwhisper.kernels.norm import layernorm_row
 from nwhisper.kernels.reduce import softmax_row
 
-# Numba's OpenMP workers spin after each parallel loop by default; with few cores the spinning takes
-# them from the BLAS threads of the next GEMM and the other way round (2 cores, measured: a one-row
-# layernorm right after a GEMM took 4-5 ms instead of 0.05 ms; even a short spin, GOMP_SPINCOUNT
-# 20000, slowed the encoder's GEMMs more than it saved the decoder in wake-ups, ~30 µs per
-# parallel launch). Read when Numba first loads its OpenMP layer, so this must run before the
-# first parallel launch; a user's setting wins.
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
 class Backend:
@@ -175,13 +168,26 @@ class CpuBackend(Backend):
     """Kernels as Numba parallel loops over NumPy arrays; GEMMs on BLAS."""
 
     name = "cpu"
-    # Below this many scalar steps a launch runs serially: about 10-30 µs of work, the cost of
-    # starting and joining a parallel region on a quiet machine.
-    PARALLEL_WORK = 1 << 15
+    # Below this many scalar steps a launch runs serially: about the cost of starting and joining
+    # a parallel region on a quiet machine, 2-5 µs while Numba's workers spin between launches
+    # (one thread pool: kernels/blas.py), ~50 µs where they must sleep (NumPy's BLAS has a pool
+    # of its own). Measured on 2 cores, a decoder step with the first against 1 << 15: tiny.en
+    # 1.26 -> 0.99 ms (int8), 2.24 -> 1.81 ms (float32); base 2.35 -> 1.77, 4.46 -> 3.49 ms.
+    PARALLEL_WORK = 1 << 11
+    PARALLEL_WORK_ASLEEP = 1 << 15
 
     def __init__(self):
         super().__init__("cpu")
         self._none = np.empty((0,), np.float32)
+        if not blas.available():
+            # NumPy's BLAS keeps a thread pool of its own (kernels/blas.py says why that
+            # matters): Numba's OpenMP workers must then sleep after each parallel loop, or
+            # their spinning takes the cores from the next GEMM's threads and the other way
+            # round (2 cores, measured: a one-row layernorm right after a GEMM took 4-5 ms
+            # instead of 0.05 ms). Read when Numba first loads its OpenMP layer, so before the
+            # first parallel launch; a user's setting wins.
+            os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+            self.PARALLEL_WORK = self.PARALLEL_WORK_ASLEEP
 
     def empty(self, shape, dtype=np.float32):
         return np.empty(shape, dtype)
@@ -232,17 +238,25 @@ class CpuBackend(Backend):
         return w.dtype == np.uint16
 
     def gemm_add(self, x, w, out, bias=None):
-        """As Backend.gemm_add; on linear_elem the sum is added as it is stored (one launch)."""
+        """As Backend.gemm_add; on linear_elem and on BLAS (kernels/blas.py) the sum is added as
+        it is stored (one launch)."""
         if self._on_body(x, w):
             self._linear_body(x, w, out, bias, accumulate=True)
+        elif self._on_blas(w):
+            blas.gemm(x, w, out, accumulate=True, bias=bias)
         else:
             super().gemm_add(x, w, out, bias)
+
+    @staticmethod
+    def _on_blas(w):
+        """Whether a product with w (not on linear_elem) runs on kernels/blas.py."""
+        return w.dtype == np.float32 and blas.available()
 
     def gemm(self, x, w, out, bias=None, ln=None):
         """out[n, o] = x[n, i] @ w[o, i].T (+ bias[o]), of LayerNorm(x) when ln = (w, b, eps) is
         given (normalized: here a launch of its own); x, out f32 2-D; w from weight() or
         weight_int8(). f32 on BLAS (it matches or beats linear_elem from one row up,
-        bench/kernels.py); f16 bits on linear_elem; int8 on linear_elem, or above GEMV_ROWS
+        bench/kernels.py; in Numba's threads, kernels/blas.py, where NumPy's OpenBLAS is found); f16 bits on linear_elem; int8 on linear_elem, or above GEMV_ROWS
         rows on the int8 GEMM (activations quantised per row) when the weight was packed for it."""
         x = self.normalized(x, ln)
         if self._on_body(x, w):    # int8 rows, or f16 bits (weight(gemv=True))
@@ -254,6 +268,9 @@ class CpuBackend(Backend):
         if w.dtype != np.float32:
             raise TypeError(f"gemm: the weight is {w.dtype}; prepare it with be.weight() "
                             "(NumPy has no BLAS for it)")
+        if self._on_blas(w):
+            blas.gemm(x, w, out, bias=bias)
+            return
         np.matmul(x, w.T, out=out)
         if bias is not None:
             out += bias

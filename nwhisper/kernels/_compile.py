@@ -7,8 +7,9 @@ written per kernel. Each body gets two thin launchers:
     CPU   numba.njit(cache=True) body, called from
           @njit(parallel=True, cache=True) def name(count, *args): for i in prange(count): body(i, *args)
           and from a serial twin `name_serial` (plain range) for launches too small to share out:
-          a parallel region costs tens of µs when quiet and milliseconds when another process
-          holds a core (its workers wait at the barrier for a descheduled thread)
+          a parallel region costs a few µs when quiet (~50 where the workers sleep between
+          launches: backend.CpuBackend) and milliseconds when another process holds a core
+          (its workers wait at the barrier for a descheduled thread)
     CUDA  cuda.jit(device=True) body, called from
           @cuda.jit(cache=True) def name(count, *args): i = cuda.grid(1); if i < count: body(i, *args)
 

@@ -13,22 +13,20 @@ scores are never computed nor read. The probabilities stay in a scratch buffer a
 (word timestamps read the cross-attention weights of some heads).
 
 A decoder step's self-attention on the CPU (a few queries over a row-major cache of at most 448
-keys) is attend_row: each (head, query) item does all three, in one launch. Otherwise the CPU runs
-the two products on BLAS per head, and its softmax in between two ways, both tested against the
-portable path:
-
-    a few queries (a decoder step)   reduce.exp_rows over every head's rows in one launch
-    many queries (the encoder)       one head at a time while its scores are in cache:
-                                     reduce.exp_rows (an exponential that vectorises), then
-                                     1/sum scales the output, or the probabilities when they
-                                     are returned (without, one head's buffer serves all)
+keys) is attend_row: each (head, query) item does all three, in one launch. Its cross-attention
+(a few queries over head-major keys, f32 or Int8Heads) is three launches of one item per (head,
+query): attn_scores_heads_row, reduce.exp_rows, attn_values_heads_row. Many queries (the
+encoder, a long prompt) run the two products on BLAS one head at a time while its scores are in
+cache, reduce.exp_rows (an exponential that vectorises) between them, then 1/sum scales the
+output, or the probabilities when they are returned (without, one head's buffer serves all).
+Each is tested against the portable path.
 """
 
 import math
 
 import numpy as np
 
-from nwhisper.kernels import gemm_int8
+from nwhisper.kernels import blas, gemm_int8
 from nwhisper.kernels._compile import kernel
 from nwhisper.kernels.matmul import quantize_int8
 from nwhisper.kernels.reduce import exp_rows
@@ -86,7 +84,7 @@ def attend_row(r, q, k, v, p, out, nq, nk, hd, scale, causal, q_offset):
     m = nk
     if causal:
         m = min(nk, qi + q_offset + 1)
-    qh = q[qi, base:base + hd]             # row views: see attn_scores_int8_row
+    qh = q[qi, base:base + hd]             # row views: see attn_scores_heads_row
     ph = p[h, qi]
     top = np.float32(-math.inf)
     for j in range(m):
@@ -132,7 +130,7 @@ def heads_int8_row(r, x, q, scale, n, hd):
     · (1 / scale[h, j])), halves up; scale = max|row| · (1/127) (1 for a zero row)."""
     h = r // n
     j = r - h * n
-    row = x[j, h * hd:(h + 1) * hd]       # row views: see attn_scores_int8_row
+    row = x[j, h * hd:(h + 1) * hd]       # row views: see attn_scores_heads_row
     dst = q[h, j]
     top = np.float32(0.0)
     for c in range(hd):
@@ -158,38 +156,40 @@ def heads_int8(be, x, n_head):
 
 
 @kernel
-def attn_scores_int8_row(r, q, kq, ks, s, nq, nk, hd, scale):
-    """s[h, qi, j] = scale · ks[h, j] · q[qi, h*hd:(h+1)*hd] . kq[h, j, :] for every key j,
-    r = h*nq + qi; q (nq, H*hd) f32, kq (H, nk, hd) int8, ks (H, nk) f32, s (H, nq, nk) f32."""
+def attn_scores_heads_row(r, q, k, ks, s, nq, nk, hd, scale):
+    """s[h, qi, j] = scale · ks[h, j] · q[qi, h*hd:(h+1)*hd] . k[h, j, :] for every key j,
+    r = h*nq + qi; q (nq, H*hd) f32, k (H, nk, hd) head-major: int8 with a scale per key ks
+    (H, nk) f32 (Int8Heads), or f32 with ks empty; s (H, nq, nk) f32."""
     h = r // nq
     qi = r - h * nq
     # Row views first: indexes computed from r might be negative as far as the compiler knows,
     # and NumPy's wraparound on them turned the inner loops into gathers (8x slower).
     qh = q[qi, h * hd:(h + 1) * hd]
     out = s[h, qi]
+    scaled = ks.shape[0] > 0
     for j in range(nk):
-        key = kq[h, j]
+        key = k[h, j]
         acc = np.float32(0.0)
         for c in range(hd):
             acc += qh[c] * np.float32(key[c])
-        out[j] = acc * ks[h, j] * scale
+        out[j] = acc * ks[h, j] * scale if scaled else acc * scale
 
 
 @kernel
-def attn_values_int8_row(r, p, total, vq, vs, out, nq, nk, hd):
-    """out[qi, h*hd:(h+1)*hd] = Σ_j p[h, qi, j] · vs[h, j] · vq[h, j, :] / total[r], r = h*nq + qi;
-    p (H, nq, nk) exp'd scores and total (H*nq,) their row sums, vq (H, nk, hd) int8, vs (H, nk)
-    f32, out (nq, H*hd) f32."""
+def attn_values_heads_row(r, p, total, v, vs, out, nq, nk, hd):
+    """out[qi, h*hd:(h+1)*hd] = Σ_j p[h, qi, j] · vs[h, j] · v[h, j, :] / total[r], r = h*nq + qi;
+    p (H, nq, nk) exp'd scores and total (H*nq,) their row sums, v (H, nk, hd) int8 with a
+    scale per value vs (H, nk) f32, or f32 with vs empty; out (nq, H*hd) f32."""
     h = r // nq
     qi = r - h * nq
-    o = out[qi, h * hd:(h + 1) * hd]      # row views: see attn_scores_int8_row
+    o = out[qi, h * hd:(h + 1) * hd]      # row views: see attn_scores_heads_row
     ph = p[h, qi]
-    scale = vs[h]
+    scaled = vs.shape[0] > 0
     for c in range(hd):
         o[c] = np.float32(0.0)
     for j in range(nk):
-        w = ph[j] * scale[j]
-        value = vq[h, j]
+        w = ph[j] * vs[h, j] if scaled else ph[j]
+        value = v[h, j]
         for c in range(hd):
             o[c] += w * np.float32(value[c])
     inv = np.float32(1.0) / total[r]
@@ -204,29 +204,31 @@ def divide_rows_elem(i, x, total, n):
     x[r, i - r * n] /= total[r]
 
 
-def attention_int8_kv(be, q, k, v, out, p, weights):
-    """Few queries over Int8Heads k and v (not causal: the cross-attention): the scores, exp_rows,
-    the values, each one launch of one item per (head, query); p (H, nq, nk) holds the exp'd
-    scores, normalised when `weights`."""
+def attention_heads(be, q, k, v, out, p, weights):
+    """Few queries over head-major keys and values (not causal: the cross-attention), Int8Heads
+    or (CPU) f32 (H, nk, hd) arrays: the scores, exp_rows, the values, each one launch of one
+    item per (head, query); p (H, nq, nk) holds the exp'd scores, normalised when `weights`."""
     n_head, nq, nk = p.shape
     hd = q.shape[1] // n_head
-    work = n_head * nq * nk * hd // 64   # vectorised; one query runs serially
-    be.launch(attn_scores_int8_row, n_head * nq, q, k.q, k.scale, p, nq, nk, hd,
+    none = be.scratch("attention.unscaled", (0, 0))   # the scale of f32 heads: none
+    (k, ks), (v, vs) = [(x.q, x.scale) if isinstance(x, Int8Heads) else (x, none) for x in (k, v)]
+    work = n_head * nq * nk * hd // 64   # vectorised
+    be.launch(attn_scores_heads_row, n_head * nq, q, k, ks, p, nq, nk, hd,
               np.float32(1.0 / math.sqrt(hd)), work=work)
     rows = p.reshape(n_head * nq, nk)
     total = be.scratch("attention.total", (n_head * nq, 1))
     exp_rows(be, rows, total)
-    be.launch(attn_values_int8_row, n_head * nq, p, total.reshape(-1), v.q, v.scale, out, nq, nk,
+    be.launch(attn_values_heads_row, n_head * nq, p, total.reshape(-1), v, vs, out, nq, nk,
               hd, work=work)
     if weights:
         be.launch(divide_rows_elem, rows.size, rows, total.reshape(-1), nk)
 
 
-# Up to this many queries the CPU's softmax is one launch over every head (a decoder step);
-# above, one per head while its scores are in cache.
+# Up to this many queries the CPU's attention is one launch per stage over every head (a decoder
+# step); above, BLAS's products one head at a time.
 FEW_QUERIES = 8
 # ... and up to this many row-major keys (a decoder's self-attention cache: at most n_text_ctx)
-# the whole attention is attend_row; the cross-attention's 1500 head-major keys stay on BLAS.
+# the whole attention is attend_row.
 SHORT_KEYS = 448
 
 
@@ -260,8 +262,9 @@ def attention(be, q, k, v, out, n_head, causal=False, q_offset=0, weights=True, 
     nk = k.shape[k.ndim - 2] if n_keys is None else n_keys  # (nk, width) or head-major (H, nk, hd)
     keep = weights or be.name != "cpu" or nq <= FEW_QUERIES or isinstance(k, Int8Heads)
     p = be.scratch("attention.p", (n_head, nq, nk)) if keep else None
-    if isinstance(k, Int8Heads):
-        attention_int8_kv(be, q, k, v, out, p, weights)
+    if isinstance(k, Int8Heads) or (be.name == "cpu" and k.ndim == 3 and nq <= FEW_QUERIES
+                                     and not causal):
+        attention_heads(be, q, k, v, out, p, weights)
     elif be.name != "cpu":
         if not be.attention_fast(q, k, v, out, p, causal, q_offset, at):
             attention_portable(be, q, k, v, out, p, causal, q_offset)
@@ -291,30 +294,15 @@ def attention_blas(be, q, k, v, out, n_head, p, causal, q_offset, int8=False):
     """CPU: per head s = q·kᵀ and out = softmax(s)·v on BLAS (NumPy arrays only); k and v
     (nk, H*hd), or head-major (H, nk, hd).
 
-    A few queries: the scores of every head go to p (H, nq, nk) in one batched product, one
-    exp_rows launch, then the values in one batched product. Many: head by head, exp_rows between the
-    products; with p the normalised probabilities are kept there, with p None one (nq, nk) buffer
-    serves every head. int8 (p None, not causal): each head's scores on the int8 GEMM, into a
+    Head by head, exp_rows between the products (each product shared out over the threads); with
+    p the normalised probabilities are kept there, with p None one (nq, nk) buffer serves every
+    head. int8 (p None, not causal): each head's scores on the int8 GEMM, into a
     buffer as wide as its 64-column panels, whose padding columns score -inf (bias)."""
     nq, nk = q.shape[0], k.shape[k.ndim - 2]  # (nk, width) or head-major (H, nk, hd)
     hd = q.shape[1] // n_head
     head_major = k.ndim == 3
     scale = np.float32(1.0 / math.sqrt(hd))
     masked = np.arange(nk) > np.arange(nq)[:, None] + q_offset if causal and nq > 1 else None
-    if nq <= FEW_QUERIES:
-        # Every head in one batched product each way, over (H, ·, ·) views of the rows: one NumPy
-        # call instead of one per head (a step's attention is mostly call overhead: 2-4x faster).
-        kh = k if head_major else k.reshape(nk, n_head, hd).transpose(1, 0, 2)
-        vh = v if head_major else v.reshape(nk, n_head, hd).transpose(1, 0, 2)
-        qh = (q * scale).reshape(nq, n_head, hd).transpose(1, 0, 2)
-        np.matmul(qh, kh.transpose(0, 2, 1), out=p)
-        if masked is not None:
-            p[:, masked] = -np.inf
-        total = np.empty((n_head * nq, 1), np.float32)
-        exp_rows(be, p.reshape(n_head * nq, nk), total)
-        p /= total.reshape(n_head, nq, 1)
-        out.reshape(nq, n_head, hd)[:] = np.matmul(p, vh).transpose(1, 0, 2)
-        return
     if int8:
         wide = -(-nk // gemm_int8.COLS) * gemm_int8.COLS
         keys = np.zeros((wide, hd), np.float32)
@@ -330,14 +318,23 @@ def attention_blas(be, q, k, v, out, n_head, p, causal, q_offset, int8=False):
             gemm_int8.gemm(q[:, cols] * scale, gemm_int8.PackedInt8(*quantize_int8(be, keys)),
                            pad, s, be.scratch)
         else:
-            np.matmul(q[:, cols] * scale, (k[h] if head_major else k[:, cols]).T, out=s)
+            _product(q[:, cols], k[h] if head_major else k[:, cols], s, alpha=scale)
         if masked is not None:
             s[masked] = -np.inf
         exp_rows(be, s, total)
         vh = v[h] if head_major else v[:, cols]
         if p is None:
-            np.matmul(s[:, :nk], vh, out=out[:, cols])
+            _product(s[:, :nk], vh, out[:, cols], trans_b=False)
             out[:, cols] /= total
         else:
             s /= total
-            np.matmul(s, vh, out=out[:, cols])
+            _product(s, vh, out[:, cols], trans_b=False)
+
+
+def _product(a, b, out, trans_b=True, alpha=1.0):
+    """out = alpha · a @ b.T (or a @ b): on Numba's threads (kernels/blas.py), or NumPy's BLAS
+    where that is not found."""
+    if blas.available():
+        blas.gemm(a, b, out, trans_b, alpha)
+    else:
+        np.matmul(a * alpha if alpha != 1.0 else a, b.T if trans_b else b, out=out)

@@ -1,0 +1,109 @@
+"""kernels/blas.py: the CPU's float32 GEMMs on NumPy's OpenBLAS, called from Numba's threads.
+
+Truth: NumPy's product in float64 of the same arrays. Also checked: that OpenBLAS was set to one
+thread (the one-pool design), that bad shapes and layouts are refused before any BLAS call, and
+that the NumPy fallback (NWHISPER_NUMPY_BLAS=1, what runs where NumPy's BLAS is not found) gives
+the same encoder states in a process of its own.
+"""
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from nwhisper.kernels import blas
+
+pytestmark = pytest.mark.skipif(not blas.available(), reason="NumPy's bundled OpenBLAS not found")
+
+
+def rand(rng, *shape):
+    return rng.standard_normal(shape).astype(np.float32)
+
+
+def close(got, want, k):
+    """float32 products of k terms: |Δ| within a few ulps of the terms' magnitude."""
+    bound = 4e-7 * k * max(1.0, float(np.max(np.abs(want))))
+    assert np.max(np.abs(got - want)) <= bound, f"max |Δ| {np.max(np.abs(got - want)):.3g} > {bound:.3g}"
+
+
+@pytest.mark.parametrize("m, k, n", [(1, 7, 5), (3, 64, 33), (150, 96, 200), (1500, 64, 129)])
+@pytest.mark.parametrize("trans_b", [True, False])
+def test_gemm_against_numpy(m, k, n, trans_b):
+    """Serial (few multiply-adds) and shared-out (over PARALLEL_MACS) products, b stored either
+    way, with alpha, accumulate and bias."""
+    rng = np.random.default_rng(m * 1000 + n)
+    a, c0, bias = rand(rng, m, k), rand(rng, m, n), rand(rng, n)
+    b = rand(rng, n, k) if trans_b else rand(rng, k, n)
+    product = a.astype(np.float64) @ (b.T if trans_b else b).astype(np.float64)
+    c = np.full((m, n), np.nan, np.float32)   # what c held must not leak through
+    blas.gemm(a, b, c, trans_b)
+    close(c, product, k)
+    c = c0.copy()
+    blas.gemm(a, b, c, trans_b, alpha=0.25, accumulate=True, bias=bias)
+    close(c, 0.25 * product + c0 + bias, k)
+    c = np.full((m, n), np.nan, np.float32)
+    blas.gemm(a, b, c, trans_b, bias=bias)
+    close(c, product + bias, k)
+
+
+def test_gemm_on_column_views():
+    """The encoder's attention multiplies one head's columns of q, k and v into one head's
+    columns of out: row strides wider than the rows."""
+    rng = np.random.default_rng(1)
+    qkv, out = rand(rng, 300, 3 * 128), np.zeros((300, 128), np.float32)
+    q, k, v = qkv[:, 32:64], qkv[:, 160:192], qkv[:, 288:320]
+    s = np.empty((300, 300), np.float32)
+    blas.gemm(q, k, s, alpha=0.5)
+    close(s, 0.5 * q.astype(np.float64) @ k.T.astype(np.float64), 32)
+    blas.gemm(s, v, out[:, 32:64], trans_b=False)
+    close(out[:, 32:64], s.astype(np.float64) @ v.astype(np.float64), 300)
+    assert not out[:, :32].any() and not out[:, 64:].any()
+
+
+def test_gemm_edges_and_refusals():
+    rng = np.random.default_rng(2)
+    c = rand(rng, 4, 3)
+    bias = rand(rng, 3)
+    blas.gemm(np.empty((4, 0), np.float32), np.empty((3, 0), np.float32), c, bias=bias)
+    np.testing.assert_array_equal(c, np.broadcast_to(bias, (4, 3)))
+    blas.gemm(np.empty((0, 5), np.float32), rand(rng, 3, 5), np.empty((0, 3), np.float32))
+    with pytest.raises(ValueError, match="into"):
+        blas.gemm(rand(rng, 4, 5), rand(rng, 3, 6), np.empty((4, 3), np.float32))
+    with pytest.raises(ValueError, match="unit stride"):
+        blas.gemm(rand(rng, 4, 10)[:, ::2], rand(rng, 3, 5), np.empty((4, 3), np.float32))
+    with pytest.raises(ValueError, match="float32"):
+        blas.gemm(rand(rng, 4, 5).astype(np.float64), rand(rng, 3, 5), np.empty((4, 3), np.float32))
+
+
+def test_openblas_runs_one_thread():
+    """available() leaves NumPy's OpenBLAS at one thread: its own pool would fight Numba's."""
+    get_threads = blas._openblas()[2]
+    assert get_threads() == 1
+
+
+def test_numpy_fallback_gives_the_same_encoder():
+    """A random Whisper's encoder with the GEMMs on kernels/blas.py and, in another process,
+    on NumPy's matmul (NWHISPER_NUMPY_BLAS=1): the same states within float32 rounding."""
+    code = """
+import sys, numpy as np
+sys.path.insert(0, "tests")
+from helpers_models import tiny_dims, tiny_random_checkpoint
+from nwhisper import backend
+from nwhisper.model import Whisper
+ck = tiny_random_checkpoint(tiny_dims(width=64, heads=4, layers=2, n_audio_ctx=100))
+m = Whisper(ck, backend.get("cpu"))
+mel = np.random.default_rng(0).standard_normal((200, ck.dims.n_mels)).astype(np.float32)
+np.save(sys.argv[1], m.encode(mel))
+"""
+    outs = []
+    for fallback in ("0", "1"):
+        path = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"nw-enc-{os.getpid()}-{fallback}.npy")
+        env = dict(os.environ, NWHISPER_NUMPY_BLAS=fallback)
+        proc = subprocess.run([sys.executable, "-c", code, path], env=env, capture_output=True,
+                              text=True, timeout=300, cwd=os.path.dirname(os.path.dirname(__file__)))
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        outs.append(np.load(path))
+        os.unlink(path)
+    assert np.max(np.abs(outs[0] - outs[1])) <= 1e-4 * max(1.0, float(np.max(np.abs(outs[1]))))
