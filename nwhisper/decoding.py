@@ -28,7 +28,7 @@ Beyond greedy (openai-whisper's decoding.py, piece for piece):
 from __future__ import annotations
 
 import zlib
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -215,7 +215,7 @@ class GreedyDecoder:
     def decode(self, enc, options: DecodingOptions, prompt=None):
         """Decode one window whose encoder states are `enc` (on the device): greedy at T = 0,
         beam search when options.beam_size > 1, best-of sampling at T > 0."""
-        tok, model, be = self.tok, self.model, self.be
+        tok, model = self.tok, self.model
         if prompt is None:
             prompt = build_prompt(tok, options, model.dims.is_multilingual)
         if options.temperature > 0:

@@ -99,10 +99,10 @@ def read_model_bin(paths):
     version = r.u32()
     if not 1 <= version <= 6:
         raise CheckpointError(buf.name, f"not a CTranslate2 model.bin (binary version {version}, expected 1..6)")
-    spec, revision = "", 1
+    spec = ""
     if version >= 2:
         spec = r.str()
-        revision = r.u32()
+        r.u32()   # the spec's revision: nothing here depends on it
     n_vars = r.u32()
     if n_vars > buf.size // 8:
         raise CheckpointError(buf.name, f"claims {n_vars} variables, more than the file can hold")

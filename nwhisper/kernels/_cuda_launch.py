@@ -22,8 +22,6 @@ it must be one made before with the same argument types; any other raises Uncapt
 import ctypes
 import warnings
 
-import numpy as np
-
 NUMBA = object()  # a cache entry meaning "launch these argument types through Numba"
 
 
