@@ -61,21 +61,22 @@ def synced(be, fn):
 
 def step_ms(model):
     """Median ms of STEPS single-token decoder steps around POSITION (logits included), as text;
-    on a backend that replays steps as CUDA graphs, also without them (be.graphs off)."""
+    on a backend that replays steps (a CUDA graph; the CPU's recorded calls), also without
+    (be.replays off)."""
     be, d = model.be, model.dims
     enc = model.encode(np.zeros((2 * d.n_audio_ctx, d.n_mels), np.float32))
-    graphs = getattr(be, "graphs", False)
+    graphs = be.replays
     medians = []
     for on in ((True, False) if graphs else (graphs,)):
-        be.graphs = on
-        state = model.new_state(enc)   # a new state: a graph is kept per state
+        be.replays = on
+        state = model.new_state(enc)   # a new state: a recording is kept per state
         model.decode(state, np.full(POSITION - STEPS // 2, TOKEN, np.int32))
         ids = np.array([TOKEN], np.int32)
         times = [synced(be, lambda: model.decode(state, ids))[0] for _ in range(STEPS)]
         medians.append(1e3 * statistics.median(times))
-    be.graphs = graphs
+    be.replays = graphs
     if graphs:
-        return f"{medians[0]:.3f} ms (CUDA graph; {medians[1]:.3f} ms launched one by one)"
+        return f"{medians[0]:.3f} ms (replayed; {medians[1]:.3f} ms launched one by one)"
     return f"{medians[0]:.3f} ms"
 
 
@@ -111,7 +112,7 @@ def kernel_times(model, top=12):
     if not hasattr(be, "run"):
         print("  (per-kernel times: the CUDA backend only)")
         return
-    plain, graphs = be.run, getattr(be, "graphs", False)
+    plain, graphs = be.run, be.replays
     totals, launches = {}, []
 
     def drained(kernel, grid, block, *args):
@@ -123,7 +124,7 @@ def kernel_times(model, top=12):
         c[0] += 1
         c[1] += time.perf_counter() - t
 
-    be.graphs = False   # launches one by one
+    be.replays = False   # launches one by one
     try:
         mel = np.zeros((2 * d.n_audio_ctx, d.n_mels), np.float32)
         enc = model.encode(mel)
@@ -136,7 +137,7 @@ def kernel_times(model, top=12):
                                                      plain(kernel, grid, block, *args))
         model.decode(state, np.array([TOKEN], np.int32))
     finally:
-        be.run, be.graphs = plain, graphs
+        be.run, be.replays = plain, graphs
     if not hasattr(plain, "capture"):
         return
     totals.clear()

@@ -27,7 +27,7 @@ from numba.core import config as numba_config
 
 from nwhisper.kernels import _compile, blas, gemm_int8
 from nwhisper.kernels.elementwise import add, fill_elem
-from nwhisper.kernels.attention import Int8Heads
+from nwhisper.kernels.attention import FEW_QUERIES, SHORT_KEYS, Int8Heads
 from nwhisper.kernels.matmul import Int8Weight, linear_elem, quantize_int8
 from nwhisper.kernels.norm import layernorm_row
 from nwhisper.kernels.reduce import softmax_row
@@ -44,6 +44,8 @@ class Backend:
         self._fns = {}
         self._scratch = {}
         self.scratch_generation = 0   # bumped whenever a scratch buffer is (re)allocated
+        self.replays = os.environ.get("NWHISPER_REPLAY", "1") != "0"   # replay() records
+        self._position_from_host = False
 
     def _launcher(self, kernel, suffix=""):
         fn = self._fns.get((kernel, suffix))
@@ -148,8 +150,11 @@ class Backend:
         return False
 
     def attends_at(self, nq, hd, k):
-        """Whether attention_fast would read the causal offset of nq queries over keys k from a
-        device array (kernels.attention's `at`). Here: no."""
+        """Whether this backend's attention of nq queries over keys k reads their causal offset
+        from a device array (kernels.attention's `at`). Where it does not, a replay of the
+        launches being run would repeat a position taken from the host: noted, so that replay()
+        does not record them."""
+        self._position_from_host = True
         return False
 
     def write(self, dst, src):
@@ -159,9 +164,34 @@ class Backend:
     def replay(self, owner, run):
         """run() -- launches that read whatever changes from one call to the next from device
         memory, so that they are the same launches, with the same arguments, every time -- as
-        cheaply as this backend can repeat them; `owner` holds what the backend keeps for it and
-        lives as long as the arrays run() reads (a decoder state). Here: run() again."""
-        return run()
+        cheaply as this backend can repeat them; `owner` holds the recording and lives as long
+        as the arrays run() reads (a decoder state).
+
+        The first call runs run() and sees whether it read a position from the host
+        (attends_at); the second records it as it runs (_record); later calls play the
+        recording (_play) and return the recorded result (the same arrays, new contents). It is
+        recorded anew when a scratch buffer was reallocated (its arrays may be gone), never when
+        the position came from the host or the backend does not replay (`replays`)."""
+        rec = owner.__dict__.get("_nw_replay")
+        if rec is not None and rec[0] == self.scratch_generation:
+            if rec[1] is None:
+                return run()
+            self._play(rec[1])
+            return rec[2]
+        if rec is None or not self.replays:  # first call (or no replays): run it, see what it reads
+            self._position_from_host = False
+            result = run()
+            fixed = self.replays and not self._position_from_host
+            owner.__dict__["_nw_replay"] = ("run once", None, None) if fixed else (
+                self.scratch_generation, None, None)
+            return result
+        generation = self.scratch_generation
+        result, recording = self._record(run)
+        if recording is None or generation != self.scratch_generation:
+            owner.__dict__["_nw_replay"] = ("run once", None, None)   # try again next call
+        else:
+            owner.__dict__["_nw_replay"] = (generation, recording, result)
+        return result
 
 
 class CpuBackend(Backend):
@@ -179,6 +209,8 @@ class CpuBackend(Backend):
     def __init__(self):
         super().__init__("cpu")
         self._none = np.empty((0,), np.float32)
+        self._zero_at = np.zeros((1,), np.int32)   # attend_row's `at` where there is none
+        self._tape = None   # while replay() records: [(function, args)] of every call
         if not blas.available():
             # NumPy's BLAS keeps a thread pool of its own (kernels/blas.py says why that
             # matters): Numba's OpenMP workers must then sleep after each parallel loop, or
@@ -243,7 +275,7 @@ class CpuBackend(Backend):
         if self._on_body(x, w):
             self._linear_body(x, w, out, bias, accumulate=True)
         elif self._on_blas(w):
-            blas.gemm(x, w, out, accumulate=True, bias=bias)
+            self.host(blas.gemm, x, w, out, True, 1.0, True, bias)
         else:
             super().gemm_add(x, w, out, bias)
 
@@ -269,11 +301,11 @@ class CpuBackend(Backend):
             raise TypeError(f"gemm: the weight is {w.dtype}; prepare it with be.weight() "
                             "(NumPy has no BLAS for it)")
         if self._on_blas(w):
-            blas.gemm(x, w, out, bias=bias)
+            self.host(blas.gemm, x, w, out, True, 1.0, False, bias)
             return
-        np.matmul(x, w.T, out=out)
+        self.host(np.matmul, x, w.T, out)
         if bias is not None:
-            out += bias
+            self.host(np.add, out, bias, out)
 
     def heads(self, x, n_head):
         """Head-major (H, n, hd) copy of keys or values (n, H*hd): each head's rows contiguous,
@@ -286,18 +318,49 @@ class CpuBackend(Backend):
     def launch(self, kernel, count, *args, work=None):
         """Run body `kernel(i, *args)` for i in range(count): in parallel when the launch has at
         least PARALLEL_WORK scalar steps (`work`, default `count`: one per item), else serially
-        in this thread — a decoder step's launches are all small, and sharing each out would cost
-        more than it does (_compile.py says why)."""
+        in this thread: sharing out a smaller one costs more than it saves (_compile.py says
+        why)."""
         if count <= 0:
             return
         serial = (count if work is None else work) < self.PARALLEL_WORK
         try:
-            self._launcher(kernel, "_serial" if serial else "")(count, *args)
+            self.host(self._launcher(kernel, "_serial" if serial else ""), count, *args)
         except Exception as e:
             if any(getattr(a, "dtype", None) == np.float16 for a in args):
                 raise TypeError(f"{kernel.__name__}: float16 arrays cannot reach CPU kernels; "
                                 "pass them through be.upload() or be.weight()") from e
             raise
+
+    def host(self, fn, *args):
+        """fn(*args): a compiled launcher, or a NumPy or BLAS call on this backend's arrays,
+        written into the recording when replay() is recording (every op of a CPU decoder step
+        comes here, so that a replay repeats all of them)."""
+        fn(*args)
+        if self._tape is not None:
+            self._tape.append((fn, args))
+
+    def attends_at(self, nq, hd, k):
+        """As Backend.attends_at: kernels.attention's attend_row (a decoder's few queries over
+        its row-major cache) reads it from `at`."""
+        if nq <= FEW_QUERIES and getattr(k, "ndim", 0) == 2 and k.shape[0] <= SHORT_KEYS:
+            return True
+        return super().attends_at(nq, hd, k)
+
+    def _record(self, run):
+        """replay()'s recording: run() with every call noted (host)."""
+        self._tape = tape = []
+        try:
+            result = run()
+        finally:
+            self._tape = None
+        return result, tape
+
+    @staticmethod
+    def _play(tape):
+        """The recorded calls again: a decoder step without the Python that chose them (~60
+        calls; the model's code, scratch lookups and dispatch cost ~0.1 ms a step)."""
+        for fn, args in tape:
+            fn(*args)
 
     def sync(self):
         pass
@@ -331,9 +394,7 @@ class CudaBackend(Backend):
         self._uncapturable = _cuda_launch.Uncapturable
         # replay() records graphs where the launcher can (not the simulator's) and the decoder's
         # attention reads its position on the device (the fast paths)
-        self.graphs = (self.fast_paths and getattr(self.run, "can_capture", False)
-                       and os.environ.get("NWHISPER_CUDA_GRAPHS", "1") != "0")
-        self._position_from_host = False
+        self.replays = self.replays and self.fast_paths and getattr(self.run, "can_capture", False)
         if self.fast_paths:
             from nwhisper.kernels import _cuda_fast
             self._fast = _cuda_fast
@@ -476,14 +537,11 @@ class CudaBackend(Backend):
             self.scratch)
 
     def attends_at(self, nq, hd, k):
-        """As Backend.attends_at: where attend_part runs. Where it does not, a replay of the
-        launches being run would repeat a position taken from the host: noted, so that replay
-        does not record them."""
+        """As Backend.attends_at: where attend_part runs."""
         if (self.fast_paths and not isinstance(k, Int8Heads)
                 and self._fast.reads_position(nq, k.shape[0], hd)):
             return True
-        self._position_from_host = True
-        return False
+        return super().attends_at(nq, hd, k)
 
     def write(self, dst, src):
         """As Backend.write: one synchronous copy on the default stream (ordered with the
@@ -497,40 +555,23 @@ class CudaBackend(Backend):
             raise ValueError(f"write: {src.shape} into {tuple(dst.shape)}")
         self._memcpy(dst.device_ctypes_pointer.value, src.ctypes.data, src.nbytes)
 
-    def replay(self, owner, run):
-        """As Backend.replay, as a CUDA graph (Launcher.capture): the first call runs run(), the
-        second records its launches and every later one replays them, one call in place of a
-        decoder step's ~60 launches (each ~10 µs of host time). The graph is kept on `owner` and
-        redone when a scratch buffer it wrote was reallocated; run() just runs where a launch
-        could not be recorded or read a position from the host (attends_at), or without graphs
-        (the simulator; NWHISPER_CUDA_GRAPHS=0)."""
-        rec = owner.__dict__.get("_nw_graph")
-        if rec is not None and rec[0] == self.scratch_generation:
-            if rec[1] is None:
-                return run()
-            self.run.replay(rec[1])
-            return rec[2]
-        if rec is None or not self.graphs:  # first call (or no graphs): run it, see what it reads
-            self._position_from_host = False
-            result = run()
-            if self._position_from_host or not self.graphs:
-                owner.__dict__["_nw_graph"] = (self.scratch_generation, None, None)
-            else:
-                owner.__dict__["_nw_graph"] = ("run once", None, None)
-            return result
+    def _record(self, run):
+        """As Backend.replay records, as a CUDA graph (Launcher.capture), which then runs: one
+        call in place of a decoder step's ~60 launches (each ~10 µs of host time). No recording
+        (run() just runs) where a launch could not be captured, or a scratch buffer was
+        reallocated while capturing (the graph's pointers may be stale)."""
         generation = self.scratch_generation
         try:
             result, graph = self.run.capture(run)
         except self._uncapturable:
-            owner.__dict__["_nw_graph"] = ("run once", None, None)   # try again next call
-            return run()
-
-        if generation != self.scratch_generation:   # it allocated: its pointers may be stale
-            owner.__dict__["_nw_graph"] = ("run once", None, None)
-            return run()
-        owner.__dict__["_nw_graph"] = (generation, graph, result)
+            return run(), None
+        if generation != self.scratch_generation:
+            return run(), None
         self.run.replay(graph)
-        return result
+        return result, graph
+
+    def _play(self, graph):
+        self.run.replay(graph)
 
     def launch(self, kernel, count, *args, work=None):
         """Run body `kernel(i, *args)` for i in range(count), one CUDA thread each (`work` is the

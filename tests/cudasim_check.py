@@ -210,8 +210,9 @@ def attend_row(be, q, k, v, n_head, causal, q_offset):
     hd = width // n_head
     p = be.empty((n_head, nq, k.shape[0]))
     out = be.empty(q.shape)
+    at = be.upload(np.array([q_offset], np.int32))   # the position read on the device, as a step does
     be.launch(body, n_head * nq, be.upload(q), be.upload(k), be.upload(v), p, out, nq, k.shape[0], hd,
-              np.float32(1.0 / np.sqrt(hd)), causal, q_offset)
+              np.float32(1.0 / np.sqrt(hd)), causal, 0, at)
     return [be.download(out), be.download(p)]
 
 

@@ -246,19 +246,20 @@ class _Recorder:
 
 
 def _backend(run):
-    from types import SimpleNamespace
-    return SimpleNamespace(scratch_generation=0, graphs=True, run=run, _position_from_host=False,
-                           _uncapturable=_cuda_launch.Uncapturable)
+    """A CudaBackend with just what replay() reads (no device): its launcher is `run`."""
+    from nwhisper.backend import CudaBackend
+    be = CudaBackend.__new__(CudaBackend)
+    be.scratch_generation, be.replays, be.run = 0, True, run
+    be._position_from_host, be._uncapturable = False, _cuda_launch.Uncapturable
+    return be
 
 
 def _replay(be, owner, calls, reads_host=False):
-    from nwhisper.backend import CudaBackend
-
     def run():
         calls.append(1)
         be._position_from_host = be._position_from_host or reads_host
         return "logits"
-    return CudaBackend.replay(be, owner, run)
+    return be.replay(owner, run)
 
 
 def test_replay_runs_then_records_then_replays():

@@ -70,20 +70,22 @@ def attn_values_elem(i, p, v, out, nq, nk, width, hd, causal, q_offset):
 
 
 @kernel
-def attend_row(r, q, k, v, p, out, nq, nk, hd, scale, causal, q_offset):
+def attend_row(r, q, k, v, p, out, nq, nk, hd, scale, causal, q_offset, at):
     """One query's whole attention in one head, r = h*nq + qi: p[h, qi, :m] = softmax(scale ·
-    q[qi] . k[j]) over the keys it sees (m: all nk, or causal j <= qi + q_offset; p[h, qi, m:] =
-    0), then out[qi, h*hd:(h+1)*hd] = Σ_j p[h, qi, j] v[j, h*hd:(h+1)*hd].
+    q[qi] . k[j]) over the keys it sees (m: all nk, or causal j <= qi + q_offset + at[0];
+    p[h, qi, m:] = 0), then out[qi, h*hd:(h+1)*hd] = Σ_j p[h, qi, j] v[j, h*hd:(h+1)*hd].
 
-    q (nq, H*hd), k and v (nk, H*hd), p (H, nq, nk), out (nq, H*hd) f32. The CPU's attention for a
-    decoder step's few queries over a short cache (the self-attention): one launch instead of the
-    ten NumPy calls of batched products (measured, 64 keys: 5 µs against 10.5)."""
+    q (nq, H*hd), k and v (nk, H*hd), p (H, nq, nk), out (nq, H*hd) f32, at (1,) int32. The CPU's
+    attention for a decoder step's few queries over its cache (the self-attention; the whole
+    cache, its position read from `at`, so that the launch is the same at every step): one
+    launch instead of the ten NumPy calls of batched products (measured, 64 keys: 5 µs against
+    10.5)."""
     h = r // nq
     qi = r - h * nq
     base = h * hd
     m = nk
     if causal:
-        m = min(nk, qi + q_offset + 1)
+        m = min(nk, qi + q_offset + at[0] + 1)
     qh = q[qi, base:base + hd]             # row views: see attn_scores_heads_row
     ph = p[h, qi]
     top = np.float32(-math.inf)
@@ -248,9 +250,10 @@ def attention(be, q, k, v, out, n_head, causal=False, q_offset=0, weights=True, 
     its filled length: slicing a CUDA device array costs ~20 µs of Python, and a step would
     slice every layer's cache twice).
     at: a device int32 array holding q_offset in at[0] (the decoder's `tokens`). A backend that
-    reads the position there (be.attends_at: CUDA's attend_part) attends over all of k's rows,
-    masked, so that its launch is the same at every position (a replayed step); p then has a
-    column for each of k's rows, zero past the query's own position. Elsewhere it is unused.
+    reads the position there (be.attends_at: CUDA's attend_part, the CPU's attend_row) attends
+    over all of k's rows, masked, so that its launch is the same at every position (a replayed
+    step); p then has a column for each of k's rows, zero past the query's own position.
+    Elsewhere it is unused.
     """
     if at is not None and be.attends_at(q.shape[0], q.shape[1] // n_head, k):
         n_keys, q_offset = None, 0
@@ -273,6 +276,7 @@ def attention(be, q, k, v, out, n_head, causal=False, q_offset=0, weights=True, 
         hd = q.shape[1] // n_head
         be.launch(attend_row, n_head * nq, q, k, v, p, out, nq, nk, hd,
                   np.float32(1.0 / math.sqrt(hd)), causal, q_offset,
+                  be._zero_at if at is None else at,
                   work=n_head * nq * nk * hd // 32)  # two vectorised passes over the keys
     else:
         attention_blas(be, q, k, v, out, n_head, p, causal, q_offset,
