@@ -6,8 +6,10 @@
     be.gemm(y, W, out, bias)                  # out = y @ W.T + bias
 
 CpuBackend: arrays are NumPy arrays; a kernel body runs as a Numba parallel loop; GEMMs run on
-BLAS. Numba has no float16 on the CPU and NumPy no float16 BLAS, so f16 data is widened to f32
-once, when it is uploaded or prepared as a weight.
+BLAS, called from Numba's own threads (kernels/blas.py: one thread pool). Numba has no float16
+on the CPU and NumPy no float16 BLAS, so f16 data is widened to f32 once, when it is uploaded or
+prepared as a weight (or read as f16 bits by the decoder's GEMV). Both backends replay a
+decoder step (replay): CUDA as a graph, the CPU as the list of calls it made.
 
 CudaBackend: arrays are numba.cuda device arrays; a kernel body runs as a CUDA grid, one thread
 per work item; f16 weights stay f16 on the device and are widened where they are read. The

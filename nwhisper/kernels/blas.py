@@ -68,6 +68,13 @@ def available():
         return False   # the loops below are compiled for ILP64's 64-bit sizes
     llvm.add_symbol(_SYMBOL, ctypes.cast(sgemm, ctypes.c_void_p).value)
     set_threads(1)
+    # One compilation each, for arrays of any layout ('A'; loaded from the cache after the first
+    # run): typed by each call instead, every layout of a, b and c (C-contiguous, or column
+    # views) was a compilation of its own -- 18 on a first transcription, ~1.5 s each.
+    args = "float32[:, :], float32[:, :], float32[:, :], boolean, float32, float32, float32[:]"
+    for fn, sig in ((_block, f"(int64, int64, {args})"), (_gemm_parallel, f"(int64, {args})")):
+        fn.compile(sig)
+        fn.disable_compile()
     return True
 
 
