@@ -62,6 +62,18 @@ def test_gemm_on_column_views():
     assert not out[:, :32].any() and not out[:, 64:].any()
 
 
+def test_gemm_reads_read_only_arrays():
+    """A memory-mapped checkpoint's weights and biases are read-only (the ggml and HF
+    containers): a, b and bias are only read."""
+    rng = np.random.default_rng(3)
+    a, b, bias = rand(rng, 40, 16), rand(rng, 24, 16), rand(rng, 24)
+    for x in (a, b, bias):
+        x.flags.writeable = False
+    c = np.empty((40, 24), np.float32)
+    blas.gemm(a, b, c, bias=bias)
+    close(c, a.astype(np.float64) @ b.T.astype(np.float64) + bias, 16)
+
+
 def test_gemm_edges_and_refusals():
     rng = np.random.default_rng(2)
     c = rand(rng, 4, 3)

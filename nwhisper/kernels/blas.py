@@ -70,9 +70,12 @@ def available():
     set_threads(1)
     # One compilation each, for arrays of any layout ('A'; loaded from the cache after the first
     # run): typed by each call instead, every layout of a, b and c (C-contiguous, or column
-    # views) was a compilation of its own -- 18 on a first transcription, ~1.5 s each.
-    args = "float32[:, :], float32[:, :], float32[:, :], boolean, float32, float32, float32[:]"
-    for fn, sig in ((_block, f"(int64, int64, {args})"), (_gemm_parallel, f"(int64, {args})")):
+    # views) was a compilation of its own -- 18 on a first transcription, ~1.5 s each. What is
+    # only read is typed read-only, which writable arrays convert to (a memory-mapped
+    # checkpoint's weights and biases are read-only).
+    ro1, ro2 = (types.Array(_f32, n, "A", readonly=True) for n in (1, 2))
+    args = (ro2, ro2, types.Array(_f32, 2, "A"), types.boolean, _f32, _f32, ro1)
+    for fn, sig in ((_block, (_i64, _i64) + args), (_gemm_parallel, (_i64,) + args)):
         fn.compile(sig)
         fn.disable_compile()
     return True
