@@ -314,7 +314,7 @@ class _JsonText:
     def __init__(self, tok, eot):
         self._tok = tok
         self._eot = eot
-        self._bytes = None  # id → raw bytes, built at the first decode
+        self._bytes = {}  # id → raw bytes, of the ids decoded so far
 
     def encode(self, text):
         # Pre-tokenise and run the BPE model directly, so the added tokens ('<|en|>',
@@ -325,13 +325,15 @@ class _JsonText:
         return ids
 
     def word_bytes(self, i):
-        if self._bytes is None:
-            table = [b""] * self._eot
-            for word, j in self._tok.get_vocab(with_added_tokens=False).items():
-                if j < self._eot:
-                    table[j] = byte_level_to_bytes(word)
-            self._bytes = table
-        return self._bytes[i]
+        # One id at a time: a transcription meets a few hundred of the 50 K words, and
+        # converting them all at its first decode cost ~0.1 s of every command.
+        b = self._bytes.get(i)
+        if b is None:
+            if not 0 <= i < self._eot:
+                raise IndexError(f"token {i} is not a base word (those are 0..{self._eot - 1})")
+            word = self._tok.id_to_token(i)
+            b = self._bytes[i] = b"" if word is None else byte_level_to_bytes(word)
+        return b
 
     def word_id(self, word):
         i = self._tok.model.token_to_id(word)

@@ -245,6 +245,19 @@ def test_raw_words_load_lazily(model):
     assert tok._text._ranks is not None
 
 
+def test_json_words_are_converted_as_met(model):
+    """tokenizer.json's byte-level words are turned into bytes one id at a time, as decoding
+    meets them (all 50 K at the first decode cost ~0.1 s a command): every one of them the
+    bytes of the ggml vocabulary (_ggml_words, from the `tokenizers` package's own vocabulary),
+    and an id past the base words refused."""
+    tok = Tokenizer.from_checkpoint(model)
+    words = _ggml_words(model)
+    assert tok._text._bytes == {}
+    assert [tok._text.word_bytes(i) for i in range(len(words))] == list(words)
+    with pytest.raises(IndexError):
+        tok._text.word_bytes(len(words))
+
+
 def test_ggml_file_round_trip(model, tmp_path):
     """A real ggml file (nwhisper's writer, whisper.cpp's layout) gives the same tokenizer."""
     from nwhisper.io.ggml import read_ggml, write_ggml
