@@ -212,8 +212,9 @@ def attention_heads(be, q, k, v, out, p, weights):
     item per (head, query); p (H, nq, nk) holds the exp'd scores, normalised when `weights`."""
     n_head, nq, nk = p.shape
     hd = q.shape[1] // n_head
-    none = be.scratch("attention.unscaled", (0, 0))   # the scale of f32 heads: none
-    (k, ks), (v, vs) = [(x.q, x.scale) if isinstance(x, Int8Heads) else (x, none) for x in (k, v)]
+    def parts(x):   # (values, scales): f32 heads (the CPU's) have none, an empty array
+        return (x.q, x.scale) if isinstance(x, Int8Heads) else (x, be.scratch("attention.unscaled", (0, 0)))
+    (k, ks), (v, vs) = parts(k), parts(v)
     work = n_head * nq * nk * hd // 64   # vectorised
     be.launch(attn_scores_heads_row, n_head * nq, q, k, ks, p, nq, nk, hd,
               np.float32(1.0 / math.sqrt(hd)), work=work)
