@@ -90,10 +90,10 @@ def machine_sgemm(products, repeat, timed):
     """sgemm_peak with OpenBLAS on its own THREADS threads. Loading a model on the CPU backend
     leaves NumPy's OpenBLAS at one thread (nwhisper calls it from Numba's threads,
     kernels/blas.py); the machine's peak is still OpenBLAS's own, so it gets them back here."""
-    found = getattr(sys.modules.get("nwhisper.kernels.blas"), "_openblas", lambda: None)()
-    if found is None:
+    from nwhisper.kernels import blas   # the nwhisper main() imported (--src)
+    if not blas.available():
         return sgemm_peak(products, repeat, timed)
-    set_threads, get_threads = found[1], found[2]
+    _, set_threads, get_threads, _ = blas._openblas()
     before = get_threads()
     set_threads(THREADS)
     try:

@@ -276,22 +276,18 @@ class CpuBackend(Backend):
         it is stored (one launch)."""
         if self._on_body(x, w):
             self._linear_body(x, w, out, bias, accumulate=True)
-        elif self._on_blas(w):
-            self.host(blas.gemm, x, w, out, True, 1.0, True, bias)
-        else:
+        elif isinstance(w, Int8Weight):
             super().gemm_add(x, w, out, bias)
-
-    @staticmethod
-    def _on_blas(w):
-        """Whether a product with w (not on linear_elem) runs on kernels/blas.py."""
-        return w.dtype == np.float32 and blas.available()
+        else:
+            self.host(blas.gemm, x, w, out, True, 1.0, True, bias)
 
     def gemm(self, x, w, out, bias=None, ln=None):
         """out[n, o] = x[n, i] @ w[o, i].T (+ bias[o]), of LayerNorm(x) when ln = (w, b, eps) is
         given (normalized: here a launch of its own); x, out f32 2-D; w from weight() or
-        weight_int8(). f32 on BLAS (it matches or beats linear_elem from one row up,
-        bench/kernels.py; in Numba's threads, kernels/blas.py, where NumPy's OpenBLAS is found); f16 bits on linear_elem; int8 on linear_elem, or above GEMV_ROWS
-        rows on the int8 GEMM (activations quantised per row) when the weight was packed for it."""
+        weight_int8(). f32 on BLAS in Numba's threads (kernels/blas.py; it matches or beats
+        linear_elem from one row up, bench/kernels.py); f16 bits on linear_elem; int8 on
+        linear_elem, or above GEMV_ROWS rows on the int8 GEMM (activations quantised per row)
+        when the weight was packed for it."""
         x = self.normalized(x, ln)
         if self._on_body(x, w):    # int8 rows, or f16 bits (weight(gemv=True))
             self._linear_body(x, w, out, bias)
@@ -302,12 +298,7 @@ class CpuBackend(Backend):
         if w.dtype != np.float32:
             raise TypeError(f"gemm: the weight is {w.dtype}; prepare it with be.weight() "
                             "(NumPy has no BLAS for it)")
-        if self._on_blas(w):
-            self.host(blas.gemm, x, w, out, True, 1.0, False, bias)
-            return
-        self.host(np.matmul, x, w.T, out)
-        if bias is not None:
-            self.host(np.add, out, bias, out)
+        self.host(blas.gemm, x, w, out, True, 1.0, False, bias)
 
     def heads(self, x, n_head):
         """Head-major (H, n, hd) copy of keys or values (n, H*hd): each head's rows contiguous,

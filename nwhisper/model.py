@@ -50,9 +50,9 @@ def _stacked(ck, parts):
     return np.concatenate(ws), np.concatenate(bs)
 
 
-def _column_scales(ck, parts):
-    """c (i,) f32 = 1 / max_o |W[o, i]| over the stacked weights of linear layers `parts` (as
-    _stacked takes them; 1 for a column of zeros): for int8 rows read with float activations.
+def _column_scales(w):
+    """c (i,) f32 = 1 / max_o |w[o, i]| of a weight matrix (1 for a column of zeros): for int8
+    rows read with float activations.
 
     A row's int8 step is its largest |weight| / 127, and a few input columns of Whisper's decoder
     matrices hold weights far larger than the rest (its hidden states' outlier features), so
@@ -62,7 +62,6 @@ def _column_scales(ck, parts):
     step. Measured on tiny.en's output projection over the 63 s clip's 230 steps: logit error
     against the f16 product median 0.092 -> 0.017, 99th percentile 0.44 -> 0.066, largest 1.10
     -> 0.16 (scales from activation statistics, SmoothQuant's, did no better here)."""
-    w, _ = _stacked(ck, parts)
     top = np.abs(w.astype(np.float32)).max(axis=0)
     return np.where(top > 0, 1.0 / np.where(top > 0, top, 1.0), 1.0).astype(np.float32)
 
@@ -78,12 +77,14 @@ class _Linear:
     products, memory-bound), "int8" (int8 rows with per-row scales, kernels.matmul.Int8Weight:
     the encoder's, whose activations the CPU's int8 GEMM may quantise per row) or "int8-gemv"
     (the decoder's: its activations are never quantised, backend.weight_int8 says why).
-    columns: W's input columns multiplied by these (_column_scales) before it is stored."""
+    equalise: W's input columns multiplied by `columns` (_column_scales) before it is stored;
+    the LayerNorm that feeds it divides by them."""
 
-    def __init__(self, be, ck, name=None, bias=True, store="full", parts=None, columns=None):
+    def __init__(self, be, ck, name=None, bias=True, store="full", parts=None, equalise=False):
         w, b = _stacked(ck, parts or [(name, bias)])
-        if columns is not None:
-            w = w.astype(np.float32) * columns
+        self.columns = _column_scales(w) if equalise else None
+        if equalise:
+            w = w.astype(np.float32) * self.columns
         if store.startswith("int8"):
             self.w = be.weight_int8(w, quantized_rows=store == "int8")
         else:
@@ -124,20 +125,18 @@ class _Attention:
     the device, kernels.kv_append); None: q only, the cross-attention's (its k and v run once per
     window, all layers in one product: Whisper.cross_kv)."""
 
-    def __init__(self, be, ck, prefix, store, kv="apart", columns=None):
+    def __init__(self, be, ck, prefix, store, kv="apart", equalise=False):
         if kv == "stacked":
-            self.qkv = _Linear(be, ck, store=store, parts=self.stacked(prefix), columns=columns)
+            self.qkv = _Linear(be, ck, store=store, equalise=equalise, parts=[
+                (prefix + ".q_proj", True), (prefix + ".k_proj", False), (prefix + ".v_proj", True)])
         else:
-            self.q = _Linear(be, ck, prefix + ".q_proj", store=store, columns=columns)
+            self.q = _Linear(be, ck, prefix + ".q_proj", store=store, equalise=equalise)
         if kv == "apart":
             self.k = _Linear(be, ck, prefix + ".k_proj", bias=False, store=store)
             self.v = _Linear(be, ck, prefix + ".v_proj", store=store)
         self.out = _Linear(be, ck, prefix + ".out_proj", store=store)
-
-    @staticmethod
-    def stacked(prefix):
-        """The parts of the stacked [q | k | v] product (k_proj has no bias)."""
-        return [(prefix + ".q_proj", True), (prefix + ".k_proj", False), (prefix + ".v_proj", True)]
+        # the column scales of the product the LayerNorm before this attention feeds
+        self.columns = (self.qkv if kv == "stacked" else self.q).columns
 
 
 class _Block:
@@ -148,22 +147,17 @@ class _Block:
     scales would change."""
 
     def __init__(self, be, ck, prefix, cross, store):
-        def scales(parts):
-            return _column_scales(ck, parts) if store == "int8-gemv" else None
-
-        attn, enc_attn = prefix + ".self_attn", prefix + ".encoder_attn"
-        c = scales(_Attention.stacked(attn))
-        self.attn_ln = _LayerNorm(be, ck, prefix + ".self_attn_layer_norm", c)
-        self.attn = _Attention(be, ck, attn, store, kv="stacked" if cross else "apart", columns=c)
+        eq = store == "int8-gemv"
+        self.attn = _Attention(be, ck, prefix + ".self_attn", store,
+                               kv="stacked" if cross else "apart", equalise=eq)
+        self.attn_ln = _LayerNorm(be, ck, prefix + ".self_attn_layer_norm", self.attn.columns)
         if cross:
-            c = scales([(enc_attn + ".q_proj", True)])
-            self.cross_ln = _LayerNorm(be, ck, prefix + ".encoder_attn_layer_norm", c)
-            self.cross = _Attention(be, ck, enc_attn, store, kv=None, columns=c)
+            self.cross = _Attention(be, ck, prefix + ".encoder_attn", store, kv=None, equalise=eq)
+            self.cross_ln = _LayerNorm(be, ck, prefix + ".encoder_attn_layer_norm", self.cross.columns)
         else:
             self.cross_ln = self.cross = None
-        c = scales([(prefix + ".fc1", True)])
-        self.mlp_ln = _LayerNorm(be, ck, prefix + ".final_layer_norm", c)
-        self.fc1 = _Linear(be, ck, prefix + ".fc1", store=store, columns=c)
+        self.fc1 = _Linear(be, ck, prefix + ".fc1", store=store, equalise=eq)
+        self.mlp_ln = _LayerNorm(be, ck, prefix + ".final_layer_norm", self.fc1.columns)
         self.fc2 = _Linear(be, ck, prefix + ".fc2", store=store)
 
 
@@ -275,9 +269,12 @@ class Whisper:
         self.tok_emb = be.weight(_host(emb, emb.dtype), gemv=True)
         # int8: its own int8 copy, columns equalised (_column_scales) and the final LayerNorm,
         # which feeds only this product, divided by the same scales.
-        c = _column_scales(ck, [("model.decoder.embed_tokens", False)]) if int8 else None
-        self.out_proj = (be.weight_int8(_host(emb) * c, quantized_rows=False) if int8
-                         else self.tok_emb)
+        c = None
+        self.out_proj = self.tok_emb
+        if int8:
+            e = _host(emb)
+            c = _column_scales(e)
+            self.out_proj = be.weight_int8(e * c, quantized_rows=False)
         self.dec_pos = be.upload(_host(ck["model.decoder.embed_positions.weight"]))
         self.dec_blocks = [_Block(be, ck, f"model.decoder.layers.{i}", cross=True,
                                   store="int8-gemv" if int8 else "gemv") for i in range(d.n_text_layer)]

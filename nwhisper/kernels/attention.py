@@ -212,8 +212,11 @@ def attention_heads(be, q, k, v, out, p, weights):
     item per (head, query); p (H, nq, nk) holds the exp'd scores, normalised when `weights`."""
     n_head, nq, nk = p.shape
     hd = q.shape[1] // n_head
+
     def parts(x):   # (values, scales): f32 heads (the CPU's) have none, an empty array
-        return (x.q, x.scale) if isinstance(x, Int8Heads) else (x, be.scratch("attention.unscaled", (0, 0)))
+        if isinstance(x, Int8Heads):
+            return x.q, x.scale
+        return x, be.scratch("attention.unscaled", (0, 0))
     (k, ks), (v, vs) = parts(k), parts(v)
     work = n_head * nq * nk * hd // 64   # vectorised
     be.launch(attn_scores_heads_row, n_head * nq, q, k, ks, p, nq, nk, hd,
@@ -323,23 +326,15 @@ def attention_blas(be, q, k, v, out, n_head, p, causal, q_offset, int8=False):
             gemm_int8.gemm(q[:, cols] * scale, gemm_int8.PackedInt8(*quantize_int8(be, keys)),
                            pad, s, be.scratch)
         else:
-            _product(q[:, cols], k[h] if head_major else k[:, cols], s, alpha=scale)
+            blas.gemm(q[:, cols], k[h] if head_major else k[:, cols], s, alpha=scale)
         if masked is not None:
             s[masked] = -np.inf
         exp_rows(be, s, total)
         vh = v[h] if head_major else v[:, cols]
         if p is None:
-            _product(s[:, :nk], vh, out[:, cols], trans_b=False)
+            blas.gemm(s[:, :nk], vh, out[:, cols], trans_b=False)
             out[:, cols] /= total
         else:
             s /= total
-            _product(s, vh, out[:, cols], trans_b=False)
+            blas.gemm(s, vh, out[:, cols], trans_b=False)
 
-
-def _product(a, b, out, trans_b=True, alpha=1.0):
-    """out = alpha · a @ b.T (or a @ b): on Numba's threads (kernels/blas.py), or NumPy's BLAS
-    where that is not found."""
-    if blas.available():
-        blas.gemm(a, b, out, trans_b, alpha)
-    else:
-        np.matmul(a * alpha if alpha != 1.0 else a, b.T if trans_b else b, out=out)

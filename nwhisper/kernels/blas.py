@@ -16,7 +16,7 @@ decoder step's launches can all run on both cores.
 The BLAS is NumPy's: the `scipy-openblas` library inside NumPy's wheel, found next to NumPy and
 called through a symbol registered with LLVM (so the compiled loops cache like any other: the
 address is looked up in each process, not baked into the code). Where NumPy has another BLAS
-(Accelerate, MKL from conda) `available()` is False and the backend calls NumPy instead, with
+(Accelerate, MKL from conda) `available()` is False and gemm calls NumPy's matmul instead, with
 Numba's workers asleep between launches as before.
 """
 
@@ -132,7 +132,8 @@ _NO_BIAS = np.empty((0,), np.float32)
 def gemm(a, b, c, trans_b=True, alpha=1.0, accumulate=False, bias=None):
     """c = alpha · a @ b.T (trans_b; b (n, k)) or alpha · a @ b (b (k, n)), plus c itself when
     `accumulate`, plus bias (n,) when given; float32 2-D arrays whose rows have unit stride
-    (views of columns are fine). Run on Numba's threads, each a block of c's columns."""
+    (views of columns are fine). Run on Numba's threads, each a block of c's columns; where
+    available() is False, by NumPy's matmul on its own BLAS."""
     for x in (a, b, c):
         if x.dtype != np.float32 or x.ndim != 2 or x.size and (x.strides[1] != 4 or x.strides[0] % 4):
             raise ValueError("gemm: float32 2-D arrays whose rows have unit stride")
@@ -142,6 +143,15 @@ def gemm(a, b, c, trans_b=True, alpha=1.0, accumulate=False, bias=None):
             (b.shape[0] if trans_b else b.shape[1]) != n:
         raise ValueError(f"gemm: {a.shape} by {b.shape}{'ᵀ' if trans_b else ''} into {c.shape}")
     if m == 0 or n == 0:
+        return
+    if not available():
+        product = np.matmul(a * np.float32(alpha) if alpha != 1.0 else a, b.T if trans_b else b)
+        if bias is not None:
+            product += bias
+        if accumulate:
+            c += product
+        else:
+            c[...] = product
         return
     beta = np.float32(1.0 if accumulate else 0.0)
     bias = _NO_BIAS if bias is None else bias

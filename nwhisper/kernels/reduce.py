@@ -111,7 +111,7 @@ def exp_rows(be, x, total):
     else:
         tops = be.scratch("exp_rows.tops", (0,))
     be.launch(exp_row, x.shape[0], x, tops, bits, bits.view(np.float32), total.reshape(-1),
-              work=2 * x.size)  # a decoder step's 8 x 1500 run serially
+              work=2 * x.size)
 
 
 def argmax(be, logits, out):
