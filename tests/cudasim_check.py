@@ -373,7 +373,7 @@ def compile_ptx(signatures_path):
 
     from nwhisper.kernels import _compile, _cuda_fast
     from nwhisper.kernels.spectral import FLOAT64_BODIES
-    from nwhisper.kernels.widen import for_cuda
+    from nwhisper.kernels._compile import for_cuda
 
     def numba_type(d):
         if d[0] == "array":

@@ -11,6 +11,7 @@ import math
 import numpy as np
 
 from nwhisper.kernels._compile import kernel
+from nwhisper.kernels.vecmath import fast_exp, from_key, order_key
 
 
 @kernel
@@ -40,43 +41,20 @@ def softmax_row(r, x, n, scale, nq, causal, q_offset):
 
 
 @kernel
-def exp_row(r, x, tops, bits, bits_f32, total):
-    """x[r, :] = exp(x[r, :] - max(x[r, :])) and total[r] = their sum, in place; -inf gives 0.
-
-    x (rows, n) f32; tops (rows,) f32, the row maxima when the caller has them, or (0,) to find
-    them here; bits (rows, n) int32 scratch and bits_f32 the same memory viewed as f32 (the
-    exponent 2^floor(t) is built as integer bits, read back as a float); total (rows,) f32.
-    Exponents below 2^-126 (beyond float32's normal range) flush to 0. Relative error ≤ 3e-6,
-    from rounding the fraction of t when |t| is large — where exp(t) is below 2^-20 of the max.
-    """
+def exp_row(r, x, total):
+    """x[r, :] = exp(x[r, :] - max(x[r, :])) and total[r] = their sum, in place; -inf gives 0;
+    x (rows, n) f32, total (rows,) f32. Both passes vectorise on the CPU (vecmath.py): the
+    maximum over integer keys, the exponential by exponent bits (relative error ≤ 3e-6, and
+    exactly 0 below 2^-126 of the maximum)."""
     n = x.shape[1]
-    if tops.shape[0] > 0:
-        top = tops[r]
-    else:
-        top = np.float32(-math.inf)
-        for c in range(n):
-            v = x[r, c]
-            top = v if v > top else top
+    top = order_key(-math.inf)
     for c in range(n):
-        t = (x[r, c] - top) * np.float32(1.4426950408889634)  # log2(e)
-        t = t if t >= np.float32(-126.0) else np.float32(-127.0)  # -127: exponent bits 0 -> 0.0
-        whole = np.int32(math.floor(t))
-        f = t - np.float32(whole)
-        # 2^f on [0, 1): least squares at 4000 Chebyshev nodes, degree 6, relative error 2.6e-9
-        # in float64 (float32's rounding, ~6e-8, dominates). Literals, not module constants: a
-        # cached launcher would keep a constant's old value.
-        p = np.float32(2.1877504770e-04)
-        p = p * f + np.float32(1.2387821479e-03)
-        p = p * f + np.float32(9.6845804523e-03)
-        p = p * f + np.float32(5.5480426326e-02)
-        p = p * f + np.float32(2.4023050204e-01)
-        p = p * f + np.float32(6.9314692869e-01)
-        p = p * f + np.float32(1.0000000026e+00)
-        x[r, c] = p
-        bits[r, c] = (whole + np.int32(127)) << np.int32(23)
+        k = order_key(x[r, c])
+        top = k if k > top else top
+    m = from_key(top)
     acc = np.float32(0.0)
     for c in range(n):
-        e = x[r, c] * bits_f32[r, c]
+        e = np.float32(fast_exp(x[r, c] - m))
         x[r, c] = e
         acc += e
     total[r] = acc
@@ -102,16 +80,7 @@ def softmax_rows(be, x):
 def exp_rows(be, x, total):
     """x = exp(x - rowmax(x)) in place and total = its row sums, (rows, n) and (rows, 1) f32: the
     unnormalised softmax (exp_row)."""
-    bits = be.scratch("exp_rows.bits", x.shape, np.int32)
-    # On the CPU the maxima come from NumPy: LLVM does not vectorise a max reduction without
-    # giving up NaN semantics (it was two thirds of this op's time); its exp loop does vectorise.
-    if be.name == "cpu":
-        tops = be.scratch("exp_rows.tops", (x.shape[0],))
-        be.host(np.max, x, 1, tops)
-    else:
-        tops = be.scratch("exp_rows.tops", (0,))
-    be.launch(exp_row, x.shape[0], x, tops, bits, bits.view(np.float32), total.reshape(-1),
-              work=2 * x.size)
+    be.launch(exp_row, x.shape[0], x, total.reshape(-1), work=2 * x.size)
 
 
 def argmax(be, logits, out):

@@ -10,10 +10,8 @@ travels as its raw bits in a uint16 array, and `widen` of a uint16 reinterprets 
 half and extends it (LLVM's `fpext half → float`, one vcvtph2ps per 16 lanes). Every other
 element type (float32, float16 on CUDA, int8) is plain conversion. A kernel body calls
 `widen(w[o, c])`; its CUDA launcher compiles it with `widen` bound to float32 conversion
-(for_cuda), which is also what runs under the CUDA simulator.
+(CUDA_FORMS), which is also what runs under the CUDA simulator.
 """
-
-import types as pytypes
 
 import numpy as np
 from numba import types
@@ -44,13 +42,7 @@ def _widen(w):
     return lambda w: np.float32(w)
 
 
-def for_cuda(body):
-    """`body` with `widen` bound to plain float32 conversion, for the CUDA launchers: CUDA has
-    float16 arrays, so there `widen` is only that conversion, and Numba's CUDA target compiles
-    an overloaded helper for the current device only (the PTX check runs without one)."""
-    if "widen" not in body.__code__.co_names:
-        return body
-    scope = dict(body.__globals__, widen=np.float32)
-    f = pytypes.FunctionType(body.__code__, scope, body.__name__, body.__defaults__, body.__closure__)
-    f.__module__, f.__qualname__, f.__doc__ = body.__module__, body.__qualname__, body.__doc__
-    return f
+# The CUDA launchers' form (_compile.for_cuda): CUDA has float16 arrays, so there `widen` is only
+# a conversion, and Numba's CUDA target compiles an overloaded helper for the current device only
+# (the PTX check runs without one).
+CUDA_FORMS = {"widen": np.float32}
