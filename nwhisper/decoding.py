@@ -12,9 +12,9 @@ and then one token per decoder step, each the argmax of the logits after the fil
   * suppress-at-begin — a blank or end-of-text as the very first token (`suppress_ids_begin`);
   * with timestamps, OpenAI's timestamp rules (see `TimestampRules`).
 
-Without timestamps the filters are one additive mask on the device, the argmax runs on the
-device, and one int32 comes back per step. With timestamps the rules look at the sequence so far
-and at log-probabilities, which is done on the host.
+The filters are an additive mask on the device, and the timestamp rules reduce to four int32s a
+step (`TimestampRules.ranges`): kernels/pick.py applies both, takes the argmax and its
+log-probability on the device, and two floats come back per step, never the row of logits.
 
 Beyond greedy (openai-whisper's decoding.py, piece for piece):
 
@@ -138,26 +138,37 @@ class TimestampRules:
         self.n_vocab = n_vocab
         self.max_initial = None if max_initial_timestamp is None else int(round(max_initial_timestamp / 0.02))
 
-    def apply(self, logits, sampled):
-        """Mask `logits` (host float32 (n_vocab,)) in place, given the tokens sampled so far."""
-        b = self.ts_begin
-        logits[self.tok.no_timestamps] = NEG_INF
+    def ranges(self, sampled):
+        """Rules 2-4 for the next token, given the tokens sampled so far, as what they leave:
+        (text_lo, ts_lo, ts_hi) -- text tokens from text_lo up to the first timestamp,
+        timestamps from ts_lo up to ts_hi (kernels/pick.py takes these, with rule 5 on)."""
+        b, n = self.ts_begin, self.n_vocab
+        text_lo, ts_lo, ts_hi = 0, b, n
         last_ts = len(sampled) >= 1 and sampled[-1] >= b
         penult_ts = len(sampled) < 2 or sampled[-2] >= b
         if last_ts:
             if penult_ts:
-                logits[b:] = NEG_INF          # a pair just closed: text (or EOT) must follow
+                ts_lo = n                     # a pair just closed: text (or EOT) must follow
             else:
-                logits[:self.eot] = NEG_INF   # a segment is open: a timestamp (or EOT) must follow
-        stamps = [t for t in sampled if t >= b]
-        if stamps:
+                text_lo = self.eot            # a segment is open: a timestamp (or EOT) must follow
+        stamp = next((t for t in reversed(sampled) if t >= b), None)
+        if stamp is not None:
             # the closing timestamp may repeat the last one; a new segment must move forward
-            floor = stamps[-1] if (last_ts and not penult_ts) else stamps[-1] + 1
-            logits[b:floor] = NEG_INF
+            ts_lo = max(ts_lo, stamp if (last_ts and not penult_ts) else stamp + 1)
         if not sampled:
-            logits[:b] = NEG_INF
+            text_lo = b
             if self.max_initial is not None:
-                logits[b + self.max_initial + 1:] = NEG_INF
+                ts_hi = min(n, b + self.max_initial + 1)
+        return text_lo, ts_lo, ts_hi
+
+    def apply(self, logits, sampled):
+        """Mask `logits` (host float32 (n_vocab,)) in place, given the tokens sampled so far."""
+        b = self.ts_begin
+        text_lo, ts_lo, ts_hi = self.ranges(sampled)
+        logits[self.tok.no_timestamps] = NEG_INF
+        logits[:text_lo] = NEG_INF
+        logits[b:ts_lo] = NEG_INF
+        logits[ts_hi:] = NEG_INF
         # log P(any timestamp) > max log P(text token): both sides share the normaliser, so
         # compare the timestamps' log-sum-exp with the largest text logit directly
         if log_normalizer(logits[b:]) > logits[:b].max():
@@ -203,14 +214,24 @@ class GreedyDecoder:
         self.n_vocab = model.dims.n_vocab
         always, begin = suppress_lists(ck, tok)
         self.always, self.begin = always, begin
-        mask = np.zeros((1, self.n_vocab), np.float32)
-        mask[0, always] = NEG_INF
-        self.mask = self.be.upload(mask)
-        mask = mask.copy()
-        mask[0, begin] = NEG_INF
-        self.mask_begin = self.be.upload(mask)
-        self.best = self.be.empty((1,), np.int32)
+        self._masks = {}
+        self.rules = self.be.empty((4,), np.int32)
+        self.choice = self.be.empty((2,), np.float32)
         self.rng = np.random.default_rng(0)     # sampling is reproducible run to run
+
+    def mask(self, first, timestamps):
+        """The suppressed tokens as an additive (1, n_vocab) mask on the device: `always`, and
+        at the first step `begin`; with timestamps also <|notimestamps|> (rule 1)."""
+        key = (first, timestamps)
+        if key not in self._masks:
+            mask = np.zeros((1, self.n_vocab), np.float32)
+            mask[0, self.always] = NEG_INF
+            if first:
+                mask[0, self.begin] = NEG_INF
+            if timestamps:
+                mask[0, self.tok.no_timestamps] = NEG_INF
+            self._masks[key] = self.be.upload(mask)
+        return self._masks[key]
 
     def decode(self, enc, options: DecodingOptions, prompt=None):
         """Decode one window whose encoder states are `enc` (on the device): greedy at T = 0,
@@ -340,25 +361,19 @@ class GreedyDecoder:
         rules = TimestampRules(tok, self.n_vocab, options.max_initial_timestamp) if options.timestamps else None
         state, last, nsp = _start(model, tok, enc, prompt)
         result = DecodingResult(tokens=[], prompt=list(prompt), no_speech_prob=nsp)
+        whole = (0, tok.timestamp_begin, self.n_vocab, 0)    # no timestamps: any token, no rule 5
         while len(result.tokens) < limit:
             first = not result.tokens
-            if rules is None:
-                K.add(be, last, self.mask_begin if first else self.mask, last)
-                K.argmax(be, last, self.best)
-                t = int(be.download(self.best)[0])
-                # its log-probability (avg_logprob gates the no-speech skip and the fallback):
-                # the filtered row softmaxed in place on the device, one float comes back
-                K.softmax_rows(be, last)
-                result.sum_logprob += float(np.log(max(float(be.download(last[0:1, t:t + 1])[0, 0]), 1e-38)))
-            else:
-                row = be.download(last)[0]
-                row[self.always] = NEG_INF
-                if first:
-                    row[self.begin] = NEG_INF
-                rules.apply(row, result.tokens)
-                t = int(np.argmax(row))
-                result.sum_logprob += float(row[t]) - log_normalizer(row)
-            if t == tok.eot:
+            # the filters and the rules on the device, one (token, log-probability) back: the
+            # log-probability feeds avg_logprob (the no-speech skip, the fallback)
+            allowed = whole if rules is None else rules.ranges(result.tokens) + (1,)
+            be.write(self.rules, np.asarray(allowed, np.int32))
+            K.pick(be, last, self.mask(first, rules is not None), self.rules, tok.timestamp_begin,
+                   self.choice)
+            t, logprob = be.download(self.choice).tolist()
+            t = int(t)
+            result.sum_logprob += logprob
+            if t == tok.eot or t < 0:   # t < 0: the filters left nothing (never on real logits)
                 break
             result.tokens.append(t)
             last = model.decode(state, np.asarray([t], np.int32))

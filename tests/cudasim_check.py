@@ -67,12 +67,14 @@ def gelu(be, x):
     return [be.download(out), be.download(d)]
 
 
-def softmax_argmax(be, x):
-    d = be.upload(x.copy())
-    ids = be.empty((x.shape[0],), np.int32)
-    K.argmax(be, d, ids)
-    K.softmax_rows(be, d)
-    return [be.download(ids), be.download(d)]
+def pick(be, logits, rules):
+    """Greedy's choice (kernels/pick.py) over a few chunks: the first 30 ids text, the rest
+    timestamps; the rules as TimestampRules.ranges gives them."""
+    mask = np.zeros_like(logits)
+    mask[0, [2, 31]] = -np.inf
+    out = be.empty((2,), np.float32)
+    K.pick(be, be.upload(logits), be.upload(mask), be.upload(np.asarray(rules, np.int32)), 30, out)
+    return [be.download(out)]
 
 
 def softmax_portable(be, x, scale, nq, causal, q_offset):
@@ -265,7 +267,8 @@ def bf16(x):
 CASES = [
     ("layernorm", layernorm, (rand(6, 32) * 3 + 1, rand(32), rand(32))),
     ("gelu", gelu, (rand(5, 16) * 3,)),
-    ("softmax_argmax", softmax_argmax, (np.array([[1, 3, 3, 0], [-50, -40, -45, -40]], np.float32),)),
+    ("pick_text", pick, (rand(1, 300) * 3, (0, 30, 300, 0))),
+    ("pick_rule5", pick, (np.concatenate([rand(1, 30) - 9, rand(1, 270)], axis=1), (5, 40, 300, 1))),
     ("softmax_causal_portable", softmax_portable, (rand(6, 300) * 5, 0.3, 3, True, 2)),
     ("exp_rows", exp_rows, (np.where(rand(4, 50) > 1.2, -np.inf, rand(4, 50) * 40).astype(np.float32),)),
     ("elementwise", elementwise, (rand(4, 8), rand(4, 8), rand(7, 8))),

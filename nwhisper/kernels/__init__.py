@@ -4,8 +4,8 @@ The model calls the ops below; each is a line or two over `be.launch` / `be.gemm
 from `nwhisper.backend`. Shapes are in each op's docstring; activations are float32.
 
     norm.py         layernorm                  activation.py   gelu (erf form)
-    reduce.py       softmax_rows, exp_rows,    elementwise.py  add, scale, fill, kv_write,
-                    argmax                                     to_f32, add_rows, embed,
+    reduce.py       exp_rows                   elementwise.py  add, scale, fill, kv_write,
+    pick.py         pick (greedy's token)                      to_f32, add_rows, embed,
                                                                embed_at, kv_append
     conv.py         conv1d (im2col + GEMM)     attention.py    attention (returns the weights)
     matmul.py       linear, linear_add, logits (GEMM; int8 weights: Int8Weight)
@@ -27,7 +27,8 @@ from nwhisper.kernels.elementwise import (add, add_rows, embed, embed_at, fill, 
                                          scale, to_f32)
 from nwhisper.kernels.matmul import linear, linear_add, logits
 from nwhisper.kernels.norm import layernorm
-from nwhisper.kernels.reduce import argmax, exp_rows, softmax_rows
+from nwhisper.kernels.pick import pick
+from nwhisper.kernels.reduce import exp_rows
 
-__all__ = ["add", "add_rows", "argmax", "attention", "conv1d", "embed", "embed_at", "exp_rows", "fill",
-           "gelu", "kv_append", "kv_write", "layernorm", "linear", "linear_add", "logits", "scale", "softmax_rows", "to_f32"]
+__all__ = ["add", "add_rows", "attention", "conv1d", "embed", "embed_at", "exp_rows", "fill",
+           "gelu", "kv_append", "kv_write", "layernorm", "linear", "linear_add", "logits", "pick", "scale", "to_f32"]

@@ -1,9 +1,8 @@
-"""Row reductions: softmax (in place, optionally causal and scaled) and argmax.
+"""Row reductions: softmax (in place, optionally causal and scaled) and its exponential.
 
 `exp_rows` is the softmax's exponential for large blocks on the CPU: Numba compiles math.exp
-to one libm call per element, which never vectorises (it was 40 % of the encoder), so there
-2^t is computed as 2^floor(t) · 2^frac(t) — the integer part written straight into a float's
-exponent bits, the fraction by a polynomial — all plain arithmetic a compiler can vectorise.
+to one libm call per element, which never vectorises (it was 40 % of the encoder), and a float
+maximum does not vectorise either; vecmath.py's forms of both do.
 """
 
 import math
@@ -60,29 +59,7 @@ def exp_row(r, x, total):
     total[r] = acc
 
 
-@kernel
-def argmax_row(r, x, out, n):
-    """out[r] = the first index of the largest x[r, :]; x: (rows, n) f32, out: (rows,) int32."""
-    best = 0
-    top = x[r, 0]
-    for c in range(1, n):
-        if x[r, c] > top:
-            top = x[r, c]
-            best = c
-    out[r] = best
-
-
-def softmax_rows(be, x):
-    """x = softmax(x) along rows, in place; x: (rows, n) f32."""
-    be.softmax_rows(x)
-
-
 def exp_rows(be, x, total):
     """x = exp(x - rowmax(x)) in place and total = its row sums, (rows, n) and (rows, 1) f32: the
     unnormalised softmax (exp_row)."""
     be.launch(exp_row, x.shape[0], x, total.reshape(-1), work=2 * x.size)
-
-
-def argmax(be, logits, out):
-    """out[r] = argmax(logits[r]) on the device, ties to the lowest index; (n, V) f32 -> (n,) int32."""
-    be.launch(argmax_row, logits.shape[0], logits, out, logits.shape[1], work=logits.size)
