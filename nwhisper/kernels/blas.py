@@ -102,7 +102,10 @@ def _block(t, parts, a, b, c, trans_b, alpha, beta, bias):
         for r in range(m):
             row = c[r]
             if beta == 0:      # not 0 · c: c may hold anything, NaN included
-                row[n0:n1] = bias[n0:n1]
+                # a loop, not row[n0:n1] = bias[n0:n1]: a slice assignment compiles NumPy's
+                # broadcasting and its error messages (~3 s of a first-ever command)
+                for j in range(n0, n1):
+                    row[j] = bias[j]
             else:
                 for j in range(n0, n1):
                     row[j] += bias[j]
