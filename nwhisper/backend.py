@@ -87,14 +87,18 @@ class Backend:
     # full matrix's on CUDA.
     GEMV_ROWS = 8
 
-    def weight_int8(self, a, quantized_rows=True):
+    def weight_int8(self, a, quantized_rows=True, columns=None):
         """A matrix for gemm as int8 rows with per-row scales (kernels.matmul.Int8Weight); the
         full-precision matrix (`a` prepared by weight()) stays beside it for GEMMs of many rows.
 
         quantized_rows=False: the activations multiplied by this matrix must not be quantised
         (the CPU's int8 GEMM does so per row). The decoder's: its hidden states carry a few
         outlier features whose row scale crushes the rest — measured, tiny.en's prompts through
-        the int8 GEMM lost a whole window of the 63 s clip."""
+        the int8 GEMM lost a whole window of the 63 s clip.
+
+        columns (i,) f32: the matrix is a · diag(columns) (model._column_scales)."""
+        if columns is not None:
+            a = np.asarray(a, np.float32) * columns   # the full-precision matrix as well
         full = self.weight(a)
         return Int8Weight(*quantize_int8(self, full), full)
 
@@ -255,12 +259,13 @@ class CpuBackend(Backend):
             a = a.view(np.float16)
         return np.require(a, np.float32, ("C", "A"))
 
-    def weight_int8(self, a, quantized_rows=True):
+    def weight_int8(self, a, quantized_rows=True, columns=None):
         """As Backend.weight_int8, without the full-precision matrix: every product reads the
-        int8 rows. Many rows run on the int8 GEMM where it runs (gemm_int8.available, the rows
+        int8 rows, quantised from the checkpoint's own (f16) weights, the columns' scales
+        applied in the quantiser. Many rows run on the int8 GEMM where it runs (gemm_int8.available, the rows
         packed for it here), else on linear_elem with float activations, as do all products of
         a matrix with quantized_rows=False (a decoder's prompt: at BLAS's speed, measured)."""
-        w = Int8Weight(*quantize_int8(self, self.weight(a, gemv=True)), None)  # from f16 bits
+        w = Int8Weight(*quantize_int8(self, self.weight(a, gemv=True), columns), None)  # f16 bits
         if quantized_rows and gemm_int8.available() and w.shape[0] % gemm_int8.COLS == 0:
             w.packed = gemm_int8.PackedInt8(w.q, w.scale)
         return w

@@ -54,25 +54,33 @@ class Int8Weight:
 
 
 @kernel
-def quantize_row(o, w, q, scale):
-    """q[o, :] = round(w[o, :] / scale[o]) as int8, scale[o] = max|w[o, :]| / 127 (1 for an
-    all-zero row): symmetric per-row int8. w (n_out, n_in) f32/f16, q int8, scale f32."""
+def quantize_row(o, w, columns, q, scale):
+    """q[o, :] = round(w'[o, :] / scale[o]) as int8, scale[o] = max|w'[o, :]| / 127 (1 for an
+    all-zero row): symmetric per-row int8 of w' = w · diag(columns), or of w itself for columns
+    of size 0. w (n_out, n_in) f32/f16, columns (n_in,) or (0,) f32, q int8, scale f32."""
+    n = w.shape[1]
+    equalised = columns.shape[0] > 0
+    row = w[o]
     top = np.float32(0.0)
-    for c in range(w.shape[1]):
-        v = abs(widen(w[o, c]))
+    for c in range(n):
+        v = abs(widen(row[c]) * columns[c] if equalised else widen(row[c]))
         top = v if v > top else top
     s = top / np.float32(127.0) if top > np.float32(0.0) else np.float32(1.0)
     scale[o] = s
-    for c in range(w.shape[1]):
-        v = min(max(widen(w[o, c]) / s, np.float32(-127.0)), np.float32(127.0))
+    for c in range(n):
+        x = widen(row[c]) * columns[c] if equalised else widen(row[c])
+        v = min(max(x / s, np.float32(-127.0)), np.float32(127.0))
         q[o, c] = np.int8(math.floor(v + np.float32(0.5)))  # to nearest, halves up
 
 
-def quantize_int8(be, w):
-    """(q int8, scale f32) of a weight matrix w (o, i) on the backend, per output row."""
+def quantize_int8(be, w, columns=None):
+    """(q int8, scale f32) of a weight matrix w (o, i) on the backend, per output row; of
+    w · diag(columns) when columns (i,) f32 is given (the product made in the kernel, so an
+    equalised float32 copy of w is never made)."""
     q = be.empty(w.shape, np.int8)
     scale = be.empty((w.shape[0],), np.float32)
-    be.launch(quantize_row, w.shape[0], w, q, scale, work=4 * w.size)
+    columns = be.scratch("quantize.none", (0,)) if columns is None else be.upload(columns)
+    be.launch(quantize_row, w.shape[0], w, columns, q, scale, work=4 * w.size)
     return q, scale
 
 
