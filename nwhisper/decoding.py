@@ -373,7 +373,9 @@ class GreedyDecoder:
             t, logprob = be.download(self.choice).tolist()
             t = int(t)
             result.sum_logprob += logprob
-            if t == tok.eot or t < 0:   # t < 0: the filters left nothing (never on real logits)
+            # t < 0: the filters left nothing (never on finite logits); its log-probability,
+            # -inf, makes avg_logprob -inf, so the window falls back to a higher temperature
+            if t == tok.eot or t < 0:
                 break
             result.tokens.append(t)
             last = model.decode(state, np.asarray([t], np.int32))

@@ -71,7 +71,7 @@ def pick(be, logits, rules):
     """Greedy's choice (kernels/pick.py) over a few chunks: the first 30 ids text, the rest
     timestamps; the rules as TimestampRules.ranges gives them."""
     mask = np.zeros_like(logits)
-    mask[0, [2, 31]] = -np.inf
+    mask[0, [2, 31, 45]] = -np.inf
     out = be.empty((2,), np.float32)
     K.pick(be, be.upload(logits), be.upload(mask), be.upload(np.asarray(rules, np.int32)), 30, out)
     return [be.download(out)]
@@ -229,8 +229,7 @@ def attention_int8_kv(be, q, k, v, n_head):
 
 
 def exp_rows(be, x):
-    """The CPU encoder's exponential (reduce.exp_row), whose bit-built 2^n must mean the same
-    on both targets."""
+    """The softmax's exponential (reduce.exp_row): the CPU's bit-built 2^n against CUDA's expf."""
     x = be.upload(x.copy())
     total = be.empty((x.shape[0], 1))
     K.exp_rows(be, x, total)

@@ -187,6 +187,24 @@ def test_linear_int8(be, rng, n, i, o):
     check("linear int8", out, x.astype(np.float64) @ full.T + bias)
 
 
+def test_quantize_int8_equalised_columns(be, rng):
+    """The quantiser applying column scales itself (model._column_scales' path: float16 weights,
+    as the CPU keeps them in uint16 bits) = NumPy's rounding of w·diag(c), within one step where
+    the product's order of rounding lands a value on a half; scales within float32 rounding (the
+    kernel's fastmath multiplies by 1/127)."""
+    w = (rand(rng, 37, 96) * 3).astype(np.float16)
+    w[4] = 0.0                                     # an all-zero row: scale 1
+    c = (1 / np.abs(w.astype(np.float32)).max(axis=0).clip(min=1e-3)).astype(np.float32)
+    q, scale = (be.download(a) for a in quantize_int8(be, be.weight(w, gemv=True), c))
+    wc = w.astype(np.float32) * c
+    top = np.abs(wc).max(axis=1)
+    want_scale = np.where(top > 0, top / np.float32(127), np.float32(1)).astype(np.float32)
+    want = np.floor(np.clip(wc * (np.float32(1) / want_scale[:, None]), -127, 127) + np.float32(0.5))
+    assert np.allclose(scale, want_scale, rtol=2e-7, atol=0) and scale[4] == 1 and not q[4].any()
+    assert np.abs(q.astype(np.int64) - want).max() <= 1
+    assert (q != want).mean() < 0.01, f"{(q != want).sum()} of {q.size} values off by one step"
+
+
 needs_vnni = pytest.mark.skipif(not gemm_int8.available(),
                                 reason="the int8 GEMM needs AVX-512 VNNI and Numba compiling for this CPU")
 

@@ -112,9 +112,12 @@ def test_pick_matches_openai_rules(be, timestamps):
 
 def test_pick_ties_go_to_the_lowest_id(be):
     logits = np.full(N_VOCAB, -5.0, np.float32)
-    logits[[30000, 700, 45000]] = 4.0            # across chunks: the lowest id wins
+    logits[[30000, 900, 45000]] = 4.0            # across chunks: the lowest id wins
+    assert device_choice(be, logits, [5], False)[0] == 900
+    logits[700] = 4.0                            # within a chunk too
     assert device_choice(be, logits, [5], False)[0] == 700
     logits[TS_BEGIN + 3] = 4.0                   # a timestamp tying the best text token: text
+    assert device_choice(be, logits, [5], False)[0] == 700
     logits[:TS_BEGIN] -= 30                      # ... unless rule 5 says the stamps win
     t, lp = device_choice(be, logits, [5], True)
     assert t == TS_BEGIN + 3 and lp == pytest.approx(openai_choice(logits, [5], True)[1], abs=1e-5)

@@ -40,6 +40,7 @@ def pick_part(c, logits, mask, rules, parts, chunk, ts_begin):
     (-inf, -1, 0) for a side with none. logits, mask (1, V) f32; rules (4,) int32; parts
     (chunks, 6) f32 (an index is exact in float32 below 2^24)."""
     n = logits.shape[1]
+    none = np.float32(-math.inf)   # float32 constants: a Python float would compare in float64
     lo = c * chunk
     hi = min(n, lo + chunk)
     for side in range(2):
@@ -52,7 +53,7 @@ def pick_part(c, logits, mask, rules, parts, chunk, ts_begin):
         xs = logits[0, a:b]
         ms = mask[0, a:b]
         count = xs.shape[0]
-        top = order_key(-math.inf)
+        top = order_key(none)
         for j in range(count):
             k = order_key(xs[j] + ms[j])
             top = k if k > top else top
@@ -61,7 +62,7 @@ def pick_part(c, logits, mask, rules, parts, chunk, ts_begin):
         # first hit does not vectorise), and the sum in the same pass
         best = np.int32(count)
         total = np.float32(0.0)
-        if m > -math.inf:
+        if m > none:   # (a NaN maximum, from diverged logits, leaves the chunk's side empty)
             for j in range(count):
                 v = xs[j] + ms[j]
                 at = np.int32(j) if v == m else np.int32(count)
@@ -78,10 +79,11 @@ def pick_join(r, parts, rules, out):
     token -1 when nothing is allowed. parts (chunks, 6) f32, rules (4,) int32, out (2,) f32."""
     count = parts.shape[0]
     none = np.float32(-math.inf)
+    zero = np.float32(0.0)
     # each side: the largest chunk maximum, where it first occurs, log Σ exp over the side
-    top_t = np.float32(-math.inf)
+    top_t = none
     arg_t = np.float32(-1.0)
-    top_s = np.float32(-math.inf)
+    top_s = none
     arg_s = np.float32(-1.0)
     for c in range(count):
         if parts[c, 0] > top_t:
@@ -91,12 +93,12 @@ def pick_join(r, parts, rules, out):
     sum_t = np.float32(0.0)
     sum_s = np.float32(0.0)
     for c in range(count):
-        if parts[c, 2] > 0:
+        if parts[c, 2] > zero:
             sum_t += parts[c, 2] * np.float32(math.exp(parts[c, 0] - top_t))
-        if parts[c, 5] > 0:
+        if parts[c, 5] > zero:
             sum_s += parts[c, 5] * np.float32(math.exp(parts[c, 3] - top_s))
-    lse_t = top_t + np.float32(math.log(sum_t)) if sum_t > 0 else none
-    lse_s = top_s + np.float32(math.log(sum_s)) if sum_s > 0 else none
+    lse_t = top_t + np.float32(math.log(sum_t)) if sum_t > zero else none
+    lse_s = top_s + np.float32(math.log(sum_s)) if sum_s > zero else none
     if rules[3] != 0 and lse_s > top_t:
         # rule 5: the text tokens are dropped, so the row is normalised over the timestamps
         out[0] = arg_s

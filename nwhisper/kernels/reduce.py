@@ -43,8 +43,9 @@ def softmax_row(r, x, n, scale, nq, causal, q_offset):
 def exp_row(r, x, total):
     """x[r, :] = exp(x[r, :] - max(x[r, :])) and total[r] = their sum, in place; -inf gives 0;
     x (rows, n) f32, total (rows,) f32. Both passes vectorise on the CPU (vecmath.py): the
-    maximum over integer keys, the exponential by exponent bits (relative error ≤ 3e-6, and
-    exactly 0 below 2^-126 of the maximum)."""
+    maximum over integer keys, the exponential by exponent bits (there: relative error ≤ 3e-6,
+    and exactly 0 below 2^-126 of the maximum; CUDA's is expf). A row of only -inf has no
+    maximum to subtract: no caller passes one (a causal row always sees its first key)."""
     n = x.shape[1]
     top = order_key(-math.inf)
     for c in range(n):

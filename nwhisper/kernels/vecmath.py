@@ -9,7 +9,8 @@ a decoding step) are slow on the CPU for reasons of form, not arithmetic:
   * LLVM vectorises a float maximum only if it may ignore NaNs, and the launchers keep IEEE
     semantics (masks are -inf). A float32's bits, read as an int32 with the low 31 bits flipped
     where the sign is set, order exactly as the floats do (-inf lowest); an integer maximum
-    vectorises. `order_key(v)` gives that key, `from_key(k)` the float back.
+    vectorises. `order_key(v)` gives that key, `from_key(k)` the float back. A NaN's key lies
+    above +inf's (or below -inf's, by its sign bit), where a float compare would skip it.
 
 Each helper is overloaded for the CPU with bit casts (LLVM `bitcast`, free in a vector
 register); as Python functions they are the plain forms, and those (CUDA_FORMS) are what the CUDA
