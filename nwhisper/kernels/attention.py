@@ -226,8 +226,8 @@ def attention_heads(be, q, k, v, out, p, weights):
               work=n_head * nq * nk * hd // 32)   # two vectorised passes over the keys
 
 
-# Up to this many queries the CPU's attention is one launch per stage over every head (a decoder
-# step); above, BLAS's products one head at a time.
+# Up to this many queries the CPU's attention is one launch over every head and query
+# (attend_row, attend_heads_row: a decoder step); above, BLAS's products one head at a time.
 FEW_QUERIES = 8
 # ... and up to this many row-major keys (a decoder's self-attention cache: at most n_text_ctx)
 # the whole attention is attend_row.
