@@ -367,11 +367,11 @@ class Whisper:
         K.add(be, x, pe, x)
         at = be.upload(np.array([pos], np.int32))   # kv_append's position
         for i, blk in enumerate(self.dec_blocks):
-            q, kv = self._qkv(blk, x, n)
+            qkv = self._qkv(blk, x, n)
             a = s.get("a", n, width)
             for b in range(n):
-                K.kv_append(be, kv[b:b + 1], state.self_k[i][b], state.self_v[i][b], at)
-                K.attention(be, q[b:b + 1], state.self_k[i][b], state.self_v[i][b], a[b:b + 1],
+                K.kv_append(be, qkv[b:b + 1], state.self_k[i][b], state.self_v[i][b], at)
+                K.attention(be, qkv[b:b + 1], state.self_k[i][b], state.self_v[i][b], a[b:b + 1],
                             d.n_text_head, n_keys=pos + 1)
             blk.attn.out.add_to(be, a, x)
             self._cross_attention(blk, x, n, state, i)
@@ -454,19 +454,17 @@ class Whisper:
         else:
             state, i, tokens = cache
             pos = state.length
-            q, kv = self._qkv(blk, x, n)
-            K.kv_append(be, kv, state.self_k[i], state.self_v[i], tokens)
+            qkv = self._qkv(blk, x, n)
+            K.kv_append(be, qkv, state.self_k[i], state.self_v[i], tokens)
             a = s.get("a", n, width)
-            K.attention(be, q, state.self_k[i], state.self_v[i], a, heads, causal=True, q_offset=pos,
-                        n_keys=pos + n, at=tokens)
+            K.attention(be, qkv, state.self_k[i], state.self_v[i], a, heads, causal=True,
+                        q_offset=pos, n_keys=pos + n, at=tokens)
         blk.attn.out.add_to(be, a, x)
 
     def _qkv(self, blk, x, n):
-        """The decoder self-attention's q (n, d) and [k | v] (n, 2d) of LN(x): views of one
-        stacked product."""
-        be, width = self.be, x.shape[1]
-        qkv = blk.attn.qkv(be, x, self.scratch.get("qkv", n, 3 * width), ln=blk.attn_ln)
-        return be.columns(qkv, 0, width), be.columns(qkv, width, 3 * width)
+        """The decoder self-attention's [q | k | v] (n, 3d) of LN(x), one stacked product, which
+        kv_append and attention take whole (they read their columns)."""
+        return blk.attn.qkv(self.be, x, self.scratch.get("qkv", n, 3 * x.shape[1]), ln=blk.attn_ln)
 
     def _cross_attention(self, blk, x, n, state, i, weights=False):
         """x += out_proj(attention(LN(x)) over the window's cross K/V); returns the attention

@@ -185,14 +185,14 @@ def attention_at(be, q, k, v, n_head, q_offset):
     return [be.download(out), p[..., :n]]
 
 
-def embed_append(be, table, pos_table, ids, kv):
+def embed_append(be, table, pos_table, ids, qkv):
     """A decoder call's embeddings (embed_at: token ids and position from one device array) and
-    its keys and values appended to a cache at that position (kv_append)."""
+    the keys and values of its [q | k | v] appended to a cache at that position (kv_append)."""
     tokens = be.upload(np.concatenate([[2], ids]).astype(np.int32))
     out = be.empty((ids.shape[0], table.shape[1]))
     K.embed_at(be, be.weight(table, gemv=True), be.upload(pos_table), tokens, out)
-    cache_k, cache_v = be.zeros((6, kv.shape[1] // 2)), be.zeros((6, kv.shape[1] // 2))
-    K.kv_append(be, be.upload(kv), cache_k, cache_v, tokens)
+    cache_k, cache_v = be.zeros((6, qkv.shape[1] // 3)), be.zeros((6, qkv.shape[1] // 3))
+    K.kv_append(be, be.upload(qkv), cache_k, cache_v, tokens)
     return [be.download(out), be.download(cache_k), be.download(cache_v)]
 
 
@@ -306,7 +306,7 @@ CASES = [
     ("attention_at_chunks", attention_at, (rand(1, 16), rand(100, 16) * 5, rand(100, 16), 2, 40)),
     ("attention_at_prompt", attention_at, (rand(3, 16), rand(15, 16) * 5, rand(15, 16), 2, 4)),
     ("embed_append", embed_append, (rand(10, 8, dtype=np.float16), rand(7, 8), np.array([9, 0, 4], np.int32),
-                                    rand(3, 16))),
+                                    rand(3, 24))),
     ("linear_ln_gemv_f16", linear_ln, (rand(2, 37) * 3 + 1, rand(19, 37, dtype=np.float16), rand(19),
                                        rand(37), rand(37))),
     ("linear_ln_tiled", linear_ln, (rand(9, 21) * 3 + 1, rand(18, 21), rand(18), rand(21), rand(21))),

@@ -316,6 +316,11 @@ def test_attention(be, rng, nq, nk, n_head, causal, q_offset):
     want_out, want_p = ref_attention(q, k, v, n_head, causal, q_offset)
     check("attention out", out, want_out)
     check("attention probabilities", p, want_p)
+    # The decoder passes its stacked [q | k | v] whole: the queries are q's first d columns.
+    out_wide = be.empty((nq, d))
+    K.attention(be, np.concatenate([q, rand(rng, nq, 2 * d)], axis=1), k, v, out_wide, n_head,
+                causal=causal, q_offset=q_offset)
+    check("attention, queries the first columns of a wider q", out_wide, want_out)
     # Every path against the portable bodies (the CUDA path), whichever one K.attention took.
     out_portable, p_portable = be.empty((nq, d)), be.empty((n_head, nq, nk))
     attention_mod.attention_portable(be, q, k, v, out_portable, p_portable, causal, q_offset)

@@ -76,7 +76,8 @@ def attend_row(r, q, k, v, p, out, nq, nk, hd, scale, causal, q_offset, at):
     q[qi] . k[j]) over the keys it sees (m: all nk, or causal j <= qi + q_offset + at[0];
     p[h, qi, m:] = 0), then out[qi, h*hd:(h+1)*hd] = Σ_j p[h, qi, j] v[j, h*hd:(h+1)*hd].
 
-    q (nq, H*hd), k and v (nk, H*hd), p (H, nq, nk), out (nq, H*hd) f32, at (1,) int32. The CPU's
+    q (nq, ≥ H*hd: the first H*hd columns), k and v (nk, H*hd), p (H, nq, nk), out (nq, H*hd)
+    f32, at (1,) int32. The CPU's
     attention for a decoder step's few queries over its cache (the self-attention; the whole
     cache, its position read from `at`, so that the launch is the same at every step): one
     launch instead of the ten NumPy calls of batched products (measured, 64 keys: 5 µs against
@@ -239,7 +240,9 @@ def attention(be, q, k, v, out, n_head, causal=False, q_offset=0, weights=True, 
     """out = softmax(q k^T / sqrt(hd) [causal mask]) v per head.
 
     q (nq, H*hd), k and v (nk, H*hd), out (nq, H*hd) f32, all row-contiguous (a KV cache is passed
-    as kcache[:L]); on the CPU k and v may also be head-major (H, nk, hd), as be.heads makes the
+    as kcache[:L]). q may be wider than out: its first H*hd columns are the queries (the decoder
+    passes its stacked [q | k | v] product whole: a view of a few of its rows would be strided,
+    one row not, and the CPU's attend_row would compile for both, ~2 s of the first command). On the CPU k and v may also be head-major (H, nk, hd), as be.heads makes the
     cross-attention's; or Int8Heads (heads_int8; not causal) on either backend. weights=True returns the probabilities p (H, nq, nk) f32: a view of the
     backend's scratch, valid until the next attention call on that backend; weights=False
     returns None and lets the CPU skip storing them (the encoder's would be 54 MB per layer).
@@ -255,7 +258,8 @@ def attention(be, q, k, v, out, n_head, causal=False, q_offset=0, weights=True, 
     step); p then has a column for each of k's rows, zero past the query's own position.
     Elsewhere it is unused.
     """
-    if at is not None and be.attends_at(q.shape[0], q.shape[1] // n_head, k):
+    width = out.shape[1]
+    if at is not None and be.attends_at(q.shape[0], width // n_head, k):
         n_keys, q_offset = None, 0
     else:
         at = None
@@ -265,15 +269,17 @@ def attention(be, q, k, v, out, n_head, causal=False, q_offset=0, weights=True, 
     nk = k.shape[k.ndim - 2] if n_keys is None else n_keys  # (nk, width) or head-major (H, nk, hd)
     keep = weights or be.name != "cpu" or nq <= FEW_QUERIES or isinstance(k, Int8Heads)
     p = be.scratch("attention.p", (n_head, nq, nk)) if keep else None
+    rows = be.name == "cpu" and nq <= FEW_QUERIES and k.ndim == 2 and nk <= SHORT_KEYS
+    if q.shape[1] != width and not rows:
+        q = be.columns(q, 0, width)     # the queries alone (attend_row reads them in place)
     if isinstance(k, Int8Heads) or (be.name == "cpu" and k.ndim == 3 and nq <= FEW_QUERIES
                                      and not causal):
         attention_heads(be, q, k, v, out, p, weights)
     elif be.name != "cpu":
         if not be.attention_fast(q, k, v, out, p, causal, q_offset, at):
             attention_portable(be, q, k, v, out, p, causal, q_offset)
-    elif nq <= FEW_QUERIES and k.ndim == 2 and nk <= SHORT_KEYS:
-        n_head = p.shape[0]
-        hd = q.shape[1] // n_head
+    elif rows:
+        hd = width // n_head
         be.launch(attend_row, n_head * nq, q, k, v, p, out, nq, nk, hd,
                   np.float32(1.0 / math.sqrt(hd)), causal, q_offset,
                   be._zero_at if at is None else at,

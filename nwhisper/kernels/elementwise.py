@@ -74,15 +74,15 @@ def embed_at_elem(i, table, pos_table, tokens, out, d):
 
 
 @kernel
-def kv_append_elem(i, kv, cache_k, cache_v, tokens, d):
-    """cache_k[p + r, c] = kv[r, c], cache_v[p + r, c] = kv[r, d + c], r, c = divmod(i, d),
-    p = tokens[0] (embed_at_elem's position): a call's keys and values (n, 2d), projected
-    together, appended to a layer's cache (capacity, d)."""
+def kv_append_elem(i, qkv, cache_k, cache_v, tokens, d):
+    """cache_k[p + r, c] = qkv[r, d + c], cache_v[p + r, c] = qkv[r, 2d + c], r, c = divmod(i, d),
+    p = tokens[0] (embed_at_elem's position): the keys and values of a call's stacked
+    [q | k | v] product (n, 3d) appended to a layer's cache (capacity, d)."""
     r = i // d
     c = i - r * d
     row = tokens[0] + r
-    cache_k[row, c] = kv[r, c]
-    cache_v[row, c] = kv[r, d + c]
+    cache_k[row, c] = qkv[r, d + c]
+    cache_v[row, c] = qkv[r, 2 * d + c]
 
 
 def add(be, a, b, out):
@@ -130,11 +130,13 @@ def embed_at(be, table, pos_table, tokens, out):
     be.launch(embed_at_elem, out.size, table, pos_table, tokens, out, out.shape[1])
 
 
-def kv_append(be, kv, cache_k, cache_v, tokens):
-    """Rows of kv (n, 2d) = [keys | values] into the caches at position tokens[0] (kv_append_elem);
-    the caller checks that they fit."""
-    n, d = kv.shape[0], kv.shape[1] // 2
-    be.launch(kv_append_elem, n * d, kv, cache_k, cache_v, tokens, d)
+def kv_append(be, qkv, cache_k, cache_v, tokens):
+    """The keys and values of qkv (n, 3d) = [queries | keys | values] into the caches at position
+    tokens[0] (kv_append_elem); the caller checks that they fit. qkv is taken whole, not as a
+    view of its last 2d columns: such a view is strided for several rows and not for one, and
+    the kernel would compile for both."""
+    n, d = qkv.shape[0], qkv.shape[1] // 3
+    be.launch(kv_append_elem, n * d, qkv, cache_k, cache_v, tokens, d)
 
 
 def embed(be, table, ids, out):
