@@ -312,7 +312,7 @@ class Whisper:
         K.add_rows(be, x, self.enc_pos, 0)
         for blk in self.enc_blocks:
             self._self_attention(blk, x, n, None)
-            self._mlp(blk, x, n)
+            self._mlp(blk, x, n, in_place=True)
         self.enc_ln(be, x, x)
         return x
 
@@ -477,8 +477,14 @@ class Whisper:
         blk.cross.out.add_to(be, a, x)
         return p
 
-    def _mlp(self, blk, x, n):
+    def _mlp(self, blk, x, n, in_place=False):
+        """x += fc2(GELU(fc1(LN(x)))). in_place: the GELU overwrites fc1's output (the encoder's
+        1500 rows, where a second 9 MB buffer costs more memory traffic than it saves); else it
+        goes to another buffer, because a decoder's launch is small enough to run as a serial
+        loop, which LLVM vectorises only where out is not x (it cannot tell that the overlap is
+        harmless): 3.7 µs in place against 0.5 for a tiny.en step's row."""
         be, s = self.be, self.scratch
         f = blk.fc1(be, x, s.get("f", n, blk.fc1.n_out), ln=blk.mlp_ln)
-        K.gelu(be, f, f)
-        blk.fc2.add_to(be, f, x)
+        g = f if in_place else s.get("g", n, blk.fc1.n_out)
+        K.gelu(be, f, g)
+        blk.fc2.add_to(be, g, x)
