@@ -79,3 +79,28 @@ def test_a_position_read_on_the_host_is_never_recorded():
     played, be, state = steps(ck, "float32", replays=True, n=6)
     np.testing.assert_array_equal(played, plain)
     assert state.__dict__["_nw_replay"][1] is None
+
+
+def test_prompt_and_steps_compile_the_self_attention_once():
+    """A prompt's rows and a step's one row reach kv_append and attend_row as the same array
+    type (the stacked [q | k | v] product, whole, C-contiguous), so each launcher compiles once:
+    as column views, several rows were strided and one row was not, and both kernels compiled
+    twice (~1.5 s of a first-ever command). In a process of its own, where nothing else has
+    called them."""
+    code = f"""
+import sys, numpy as np
+sys.path.insert(0, {HERE!r})
+from test_replay import steps
+from helpers_models import tiny_dims, tiny_random_checkpoint
+from nwhisper.kernels import _launch_cpu as L
+ck = tiny_random_checkpoint(tiny_dims(width=32, heads=4, layers=2, n_audio_ctx=24, n_text_ctx=40))
+steps(ck, "float32", True, n=4)
+names = ("attend_row", "attend_row_serial", "kv_append_elem", "kv_append_elem_serial")
+print({{name: len(getattr(L, name).signatures) for name in names}})
+"""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    counts = eval(proc.stdout.strip().splitlines()[-1])
+    assert all(n <= 1 for n in counts.values()), counts
+    assert counts["attend_row"] + counts["attend_row_serial"] >= 1, counts   # they did run
+    assert counts["kv_append_elem"] + counts["kv_append_elem_serial"] >= 1, counts
