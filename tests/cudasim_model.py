@@ -1,4 +1,5 @@
-"""A whole random-weight Whisper on one backend: encoder states and greedy tokens as JSON.
+"""A whole random-weight Whisper on one backend: encoder states, greedy tokens and a batched
+(beam search's) step's logits as JSON.
 
 Run by tests/test_model_backends.py twice — plainly (CPU backend) and with
 NUMBA_ENABLE_CUDASIM=1 (the CUDA backend on Numba's simulator) — so the same model code and
@@ -36,6 +37,11 @@ def main(kind):
         decoder = GreedyDecoder(model, tok, ck)
         # Few steps: the simulator runs one Python thread per CUDA thread (minutes per dozen steps)
         plain = decoder.decode(enc, DecodingOptions(max_tokens=4))
+        # Beam search's batched step: two rows after the prompt, each over its own cache
+        single = model.new_state(enc)
+        model.decode(single, np.array([1, 2], np.int32))
+        batch = model.decode_batch(model.new_batch(single, 2), np.array([7, 9], np.int32))
+        one = model.decode(single, np.array([7], np.int32))
         # compute_type="int8" end to end: int8 weights, Int8Heads cross K/V (the CPU's encoder
         # may run on its int8 GEMM, so only that it runs is compared, not its tokens)
         int8 = Whisper(ck, be, compute_type="int8")
@@ -45,6 +51,8 @@ def main(kind):
             "states": be.download(enc).ravel().tolist(),
             "tokens": plain.tokens,
             "no_speech_prob": plain.no_speech_prob,
+            "batch_logits": be.download(batch).ravel().tolist(),
+            "one_logits": be.download(one).ravel().tolist(),
             "int8_tokens": quantized.tokens,
             "int8_no_speech_prob": quantized.no_speech_prob,
         }))

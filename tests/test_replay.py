@@ -82,19 +82,24 @@ def test_a_position_read_on_the_host_is_never_recorded():
 
 
 def test_prompt_and_steps_compile_the_self_attention_once():
-    """A prompt's rows and a step's one row reach kv_append and attend_row as the same array
-    type (the stacked [q | k | v] product, whole, C-contiguous), so each launcher compiles once:
-    as column views, several rows were strided and one row was not, and both kernels compiled
-    twice (~1.5 s of a first-ever command). In a process of its own, where nothing else has
-    called them."""
+    """A prompt's rows, a step's one row and a beam's row reach kv_append and attend_row as one
+    array type (C-contiguous), so each launcher compiles once: as column views of the stacked
+    [q | k | v] product, several rows were strided and one row was not, and both kernels
+    compiled twice (~1.5 s of a first-ever command). In a process of its own, where nothing
+    else has called them."""
     code = f"""
 import sys, numpy as np
 sys.path.insert(0, {HERE!r})
 from test_replay import steps
 from helpers_models import tiny_dims, tiny_random_checkpoint
 from nwhisper.kernels import _launch_cpu as L
+from nwhisper.model import Whisper
 ck = tiny_random_checkpoint(tiny_dims(width=32, heads=4, layers=2, n_audio_ctx=24, n_text_ctx=40))
-steps(ck, "float32", True, n=4)
+_, be, _ = steps(ck, "float32", True, n=4)
+m = Whisper(ck, be, "float32")
+single = m.new_state(m.encode(np.zeros((2 * ck.dims.n_audio_ctx, ck.dims.n_mels), np.float32)))
+m.decode(single, np.array([1, 2], np.int32))
+m.decode_batch(m.new_batch(single, 3), np.array([3, 4, 5], np.int32))   # beam search's steps
 names = ("attend_row", "attend_row_serial", "kv_append_elem", "kv_append_elem_serial")
 print({{name: len(getattr(L, name).signatures) for name in names}})
 """
