@@ -76,12 +76,11 @@ def attend_row(r, q, k, v, p, out, nq, nk, hd, scale, causal, q_offset, at):
     q[qi] . k[j]) over the keys it sees (m: all nk, or causal j <= qi + q_offset + at[0];
     p[h, qi, m:] = 0), then out[qi, h*hd:(h+1)*hd] = Σ_j p[h, qi, j] v[j, h*hd:(h+1)*hd].
 
-    q (nq, ≥ H*hd: the first H*hd columns), k and v (nk, H*hd), p (H, nq, nk), out (nq, H*hd)
-    f32, at (1,) int32. The CPU's
-    attention for a decoder step's few queries over its cache (the self-attention; the whole
-    cache, its position read from `at`, so that the launch is the same at every step): one
-    launch instead of the ten NumPy calls of batched products (measured, 64 keys: 5 µs against
-    10.5)."""
+    q (nq, ≥ H*hd: its first H*hd columns), k and v (nk, H*hd), p (H, nq, nk), out (nq, H*hd)
+    f32, at (1,) int32. The CPU's attention for a decoder step's few queries over its cache (the
+    self-attention; the whole cache, its position read from `at`, so that the launch is the same
+    at every step): one launch instead of the ten NumPy calls of batched products (measured, 64
+    keys: 5 µs against 10.5)."""
     h = r // nq
     qi = r - h * nq
     base = h * hd
@@ -241,11 +240,13 @@ def attention(be, q, k, v, out, n_head, causal=False, q_offset=0, weights=True, 
 
     q (nq, H*hd), k and v (nk, H*hd), out (nq, H*hd) f32, all row-contiguous (a KV cache is passed
     as kcache[:L]). q may be wider than out: its first H*hd columns are the queries (the decoder
-    passes its stacked [q | k | v] product whole: a view of a few of its rows would be strided,
-    one row not, and the CPU's attend_row would compile for both, ~2 s of the first command). On the CPU k and v may also be head-major (H, nk, hd), as be.heads makes the
-    cross-attention's; or Int8Heads (heads_int8; not causal) on either backend. weights=True returns the probabilities p (H, nq, nk) f32: a view of the
-    backend's scratch, valid until the next attention call on that backend; weights=False
-    returns None and lets the CPU skip storing them (the encoder's would be 54 MB per layer).
+    passes its stacked [q | k | v] product whole: a view of several of its rows would be strided
+    and of one row not, and the CPU's attend_row would compile for both, ~1.5 s of a first
+    command). On the CPU k and v may also be head-major (H, nk, hd), as be.heads makes the
+    cross-attention's; or Int8Heads (heads_int8; not causal) on either backend.
+    weights=True returns the probabilities p (H, nq, nk) f32: a view of the backend's scratch,
+    valid until the next attention call on that backend; weights=False returns None and lets the
+    CPU skip storing them (the encoder's would be 54 MB per layer).
     int8=True (compute_type "int8"; the encoder): where the CPU's int8 GEMM runs, the scores of
     many queries are an int8 product (queries and keys quantised per row, as SageAttention does;
     the probabilities' product with the values stays f32).
