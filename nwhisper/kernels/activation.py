@@ -37,4 +37,5 @@ def gelu_elem(i, x, out):
 
 def gelu(be, x, out):
     """out = gelu(x) elementwise; x, out: same-shape contiguous f32 (out may be x)."""
-    be.launch(gelu_elem, x.size, be.flat(x), be.flat(out))
+    be.launch(gelu_elem, x.size, be.flat(x), be.flat(out),
+              work=x.size // 8)   # vectorised: serial is faster up to ~16 K elements (measured)
