@@ -98,8 +98,8 @@ def attend_row(r, q, k, v, p, out, nq, nk, hd, scale, causal, q_offset, at):
         ph[j] = acc
         top = acc if acc > top else top
     total = np.float32(0.0)
-    for j in range(m):
-        e = math.exp((ph[j] - top) * scale)
+    for j in range(m):     # vectorises (vecmath.fast_exp; math.exp is a libm call per key)
+        e = np.float32(fast_exp((ph[j] - top) * scale))
         ph[j] = e
         total += e
     inv = np.float32(1.0) / total
