@@ -1,6 +1,6 @@
 """The same random-weight Whisper on the CPU backend and on the CUDA backend (Numba's CUDA
-simulator when there is no GPU): the encoder states agree to float32 rounding and greedy
-decoding picks the same tokens."""
+simulator when there is no GPU): the encoder states and a batched (beam search's) step's logits
+agree to float32 rounding, and greedy decoding picks the same tokens."""
 
 import json
 import os
