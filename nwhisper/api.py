@@ -66,7 +66,8 @@ class WhisperModel:
                    timestamps=False, condition_on_previous_text=True, beam_size=None, best_of=5,
                    patience=1.0, temperature=0.0, compression_ratio_threshold=2.4,
                    logprob_threshold=-1.0, no_speech_threshold=0.6, word_timestamps=False,
-                   hallucination_silence_threshold=None, vad=False, initial_prompt=None, progress=None):
+                   hallucination_silence_threshold=None, vad=False, initial_prompt=None, audio_ctx=None,
+                   progress=None):
         """audio: a path, bytes, or 16 kHz mono float32 samples → ([Segment], TranscriptionInfo).
 
         language: a code (any case; an unknown one is named in the error), None to detect it on a
@@ -75,6 +76,8 @@ class WhisperModel:
         window. hallucination_silence_threshold: seconds; with word_timestamps, skip silences
         longer than this around text that looks made up (openai's option and rules; None: off).
         initial_prompt: text the first window is conditioned on (openai's).
+        audio_ctx: encoder positions (whisper.cpp's option; None: the model's, 30 s): fewer
+        encode only audio_ctx · 20 ms, for audio that fits in it (a live stream's drafts).
         vad: transcribe only the speech, joined, with times on the recording's clock — True or
         "silero" (Silero VAD with faster-whisper's vad_filter options: threshold 0.5,
         min_silence 2000 ms, speech_pad 400 ms), "energy" (the energy detector), a detector
@@ -105,7 +108,7 @@ class WhisperModel:
             compression_ratio_threshold=compression_ratio_threshold,
             logprob_threshold=logprob_threshold, no_speech_threshold=no_speech_threshold,
             word_timestamps=word_timestamps, hallucination_silence_threshold=hallucination_silence_threshold,
-            initial_prompt=initial_prompt)
+            initial_prompt=initial_prompt, audio_ctx=audio_ctx)
         samples = _samples(audio)
         if vad is not None and vad is not False:
             return transcribe_speech(self._transcriber, samples, opts, "silero" if vad is True else vad, progress)

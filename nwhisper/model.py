@@ -295,17 +295,22 @@ class Whisper:
 
     # ---------------------------------------------------------------- encoder
     def encode(self, mel):
-        """mel: (2·n_audio_ctx, n_mels) float32, time-major (host or device) → encoder states
-        (n_audio_ctx, n_audio_state) on the device."""
+        """mel: (2·n, n_mels) float32, time-major (host or device) → encoder states
+        (n, n_audio_state) on the device. n is n_audio_ctx (30 s) for a transcription; a shorter
+        context (whisper.cpp's audio_ctx: the positional embedding's first n rows) encodes
+        2·n·10 ms of audio for a fraction of the cost, which is what a live draft does."""
         be, d, s = self.be, self.dims, self.scratch
-        n_frames, width = 2 * d.n_audio_ctx, d.n_audio_state
-        if tuple(mel.shape) != (n_frames, d.n_mels):
-            raise ValueError(f"encode expects a ({n_frames}, {d.n_mels}) log-mel, got {tuple(mel.shape)}")
+        width = d.n_audio_state
+        n_frames = mel.shape[0]
+        if (len(mel.shape) != 2 or mel.shape[1] != d.n_mels or n_frames % 2
+                or not 2 <= n_frames <= 2 * d.n_audio_ctx):
+            raise ValueError(f"encode expects a (2·n, {d.n_mels}) log-mel with n in "
+                             f"1..{d.n_audio_ctx}, got {tuple(mel.shape)}")
         mel = be.upload(np.require(mel, np.float32, ["C", "A"])) if isinstance(mel, np.ndarray) else mel
         c1 = s.get("conv1", n_frames, width)
         K.conv1d(be, mel, self.conv1_w, self.conv1_b, c1, 1)
         K.gelu(be, c1, c1)
-        n = d.n_audio_ctx
+        n = n_frames // 2
         x = be.empty((n, width), np.float32)  # returned to the caller: not a scratch buffer
         K.conv1d(be, c1, self.conv2_w, self.conv2_b, x, 2)
         K.gelu(be, x, x)

@@ -78,6 +78,9 @@ class TranscribeOptions:
     word_timestamps: bool = False
     hallucination_silence_threshold: float | None = None   # s; with word timestamps (openai's)
     initial_prompt: str | None = None           # text given as the previous text of the first window
+    audio_ctx: int | None = None                # encoder positions (whisper.cpp's audio_ctx):
+                                                # None = the model's (30 s); fewer encode only
+                                                # audio_ctx · 20 ms (short-form only)
     prepend_punctuations: str = "\"'“¿([{-"
     append_punctuations: str = "\"'.。,，!！?？:：”)]}、"
 
@@ -141,6 +144,14 @@ class Transcriber:
         duration = len(audio) / M.SAMPLE_RATE
         if opts.hallucination_silence_threshold is not None and not opts.word_timestamps:
             raise ValueError("hallucination_silence_threshold works on word timings: it needs word_timestamps=True")
+        if opts.audio_ctx is not None:
+            ctx = self.model.dims.n_audio_ctx
+            if not 1 <= opts.audio_ctx <= ctx:
+                raise ValueError(f"audio_ctx must be in 1..{ctx}, not {opts.audio_ctx}")
+            if len(audio) > opts.audio_ctx * INPUT_STRIDE * M.HOP_LENGTH or opts.hallucination_silence_threshold is not None:
+                raise ValueError(f"audio_ctx {opts.audio_ctx} holds {opts.audio_ctx * TIME_PER_TOKEN:g} s: "
+                                 f"too short for {duration:.2f} s of audio (a shorter context is for one short window)")
+            return self._short_form(audio, duration, opts)
         if len(audio) <= M.N_SAMPLES and opts.hallucination_silence_threshold is None:
             return self._short_form(audio, duration, opts)
         return self._long_form(audio, duration, opts, progress)
@@ -202,7 +213,8 @@ class Transcriber:
 
     # ------------------------------------------------------------------ the two conventions
     def _short_form(self, audio, duration, opts):
-        mel = M.log_mel(audio, self.model.dims.n_mels, self.n_frames)
+        n_frames = INPUT_STRIDE * opts.audio_ctx if opts.audio_ctx else self.n_frames
+        mel = M.log_mel(audio, self.model.dims.n_mels, n_frames)
         enc = self.model.encode(mel)
         lang, lang_p, probs = self._language(enc, opts.language)
         info = TranscriptionInfo(lang, lang_p, duration, probs)
@@ -211,13 +223,13 @@ class Transcriber:
         if self._is_silence(res, opts, audio, (0, len(audio))):
             return [], info
         if timestamps:
-            segments = self._split(res, 0, 0.0, self.n_frames, [])[0]
+            segments = self._split(res, 0, 0.0, n_frames, [])[0]
         else:
             segments = [self._segment(0, 0, 0.0, duration, res.tokens, res)]
         segments = [s for s in segments if s.text.strip()]
         if opts.word_timestamps and segments:
             from .timing import add_word_timestamps
-            n_content = min(self.n_frames, len(audio) // M.HOP_LENGTH)
+            n_content = min(n_frames, len(audio) // M.HOP_LENGTH)
             add_word_timestamps(self, segments, enc, lang, opts, n_content, 0.0, 0.0)
         return _numbered(segments), info
 

@@ -8,7 +8,9 @@ Golden data (fixtures/make_golden_models.py, on the same 16 kHz samples, checked
   * model-fw.json — faster-whisper 1.2.1 on the original CTranslate2 files (beam 1,
     temperature 0, condition_on_previous_text) on the 63 s clip;
   * model-fw-int8.json — faster-whisper's int8 on the short clips, and its agreement with HF's
-    float32 texts: the bar for nwhisper's int8.
+    float32 texts: the bar for nwhisper's int8;
+  * audio-ctx-tiny.en.npz (fixtures/make_golden_audio_ctx.py) — HF's encoder cut to its first 800
+    positions (a live draft's short context) on jfk.wav, and HF greedy generate on those states.
 """
 
 import difflib
@@ -54,6 +56,32 @@ def test_encoder_matches_hf(model):
     print(f"{name}: encoder r = {r:.12f}, max |Δ| = {dmax:.3g} (max |x| {np.abs(ref).max():.3g})")
     assert r >= 0.99999, f"r = {r}, max |Δ| = {dmax}"
     assert np.allclose(np.linalg.norm(states, axis=1), g["row_norm"], rtol=1e-4)
+
+
+def test_short_audio_ctx_matches_hf():
+    """audio_ctx=800 (whisper.cpp's option; a live draft's context): the encoder over 1600 mel
+    frames with the positional embedding's first 800 rows, and greedy decoding over those
+    states — against HF's encoder made as short and its generate on them."""
+    from nwhisper import mel as M
+
+    g = np.load(os.path.join(FIX, "golden", "audio-ctx-tiny.en.npz"))
+    m = nwhisper.load("tiny.en", device="cpu")
+    x = audio("jfk.wav", str(g["audio_sha256"]))
+    n = int(g["n"])
+    states = m.backend.download(m.model.encode(M.log_mel(x, m.dims.n_mels, 2 * n)))
+    assert states.shape == (n, m.dims.n_audio_state)
+    ours, ref = states[g["rows"]], g["states"]
+    r = np.corrcoef(ours.ravel(), ref.ravel())[0, 1]
+    print(f"audio_ctx {n}: encoder r = {r:.12f}, max |Δ| = {np.abs(ours - ref).max():.3g}")
+    assert r >= 0.99999
+    assert np.allclose(np.linalg.norm(states, axis=1), g["row_norm"], rtol=1e-4)
+    segments, _ = m.transcribe(x, audio_ctx=n)
+    assert [t for s in segments for t in s.tokens] == g["tokens"].tolist()
+    assert "".join(s.text for s in segments) == str(g["text"])
+    with pytest.raises(ValueError, match="too short"):
+        m.transcribe(x, audio_ctx=500)          # 10 s cannot hold jfk's 11 s
+    with pytest.raises(ValueError, match="audio_ctx must be in 1..1500"):
+        m.transcribe(x, audio_ctx=1501)
 
 
 def test_greedy_equals_hf_word_for_word(model):

@@ -2,6 +2,7 @@
 
     load_audio("talk.flac")             # decode, average the channels, resample to 16 kHz
     resample(x, 44100)                  # band-limited rational resampling of a 1-D signal
+    StreamResampler(48000).feed(piece)  # the same, for a signal that arrives in pieces
     pcm16_to_float32(chunk)             # raw little-endian s16 (streaming) → float32
 
 Decoding is libsndfile's, through `soundfile`: WAV at any bit depth (8/16/24/32-bit int, 32/64-bit
@@ -141,6 +142,62 @@ def resample(x, sr_in, sr_out=SAMPLE_RATE):
             table = _phase_table(up, down, p0, min(up, p0 + rows))
             _apply_phases(xp, table, first_of_phase[p0:p0 + len(table)], up, down, y)
     return y.astype(np.float32)
+
+
+class StreamResampler:
+    """`resample` of a signal that arrives in pieces (a live stream at 48 kHz):
+
+        r = StreamResampler(48000)
+        y = np.concatenate([r.feed(piece) for piece in pieces] + [r.flush()])
+
+    gives resample(np.concatenate(pieces), 48000) to float32 rounding. feed() returns the
+    outputs whose filter taps have all arrived (the filter reaches ZERO_CROSSINGS samples of
+    the lower rate ahead: 3.6 ms); flush() the rest, with the input after the end taken as zero.
+    Only the input the next output still reads is kept."""
+
+    def __init__(self, sr_in, sr_out=SAMPLE_RATE):
+        resample(np.zeros(1, np.float32), sr_in, sr_out)   # validates the rates
+        g = math.gcd(int(sr_in), int(sr_out))
+        self.up, self.down = int(sr_out) // g, int(sr_in) // g
+        self.left, self.right, _ = _reach(self.up, self.down)
+        self._x = np.zeros(self.left, np.float32)    # input from absolute index _start on
+        self._start = -self.left                      # (zeros before the signal)
+        self._received = 0                            # input samples fed
+        self._done = 0                                # outputs returned
+
+    def feed(self, x):
+        x = np.asarray(x, np.float32).reshape(-1)
+        if self.up == self.down:
+            self._received += len(x)
+            return x.copy()
+        self._x = np.concatenate([self._x, x])
+        self._received += len(x)
+        # output n reads input up to n · down // up + right
+        ready = ((self._received - 1 - self.right) * self.up) // self.down + 1 if self._received > self.right else 0
+        return self._emit(max(ready, self._done))
+
+    def flush(self):
+        """The outputs that remain: resample's length, ceil(received · up / down), in all."""
+        if self.up == self.down:
+            return np.zeros(0, np.float32)
+        self._x = np.concatenate([self._x, np.zeros(self.right + 1, np.float32)])
+        return self._emit(-(-self._received * self.up // self.down))
+
+    def _emit(self, upto):
+        up, down = self.up, self.down
+        if upto <= self._done:
+            return np.zeros(0, np.float32)
+        k = self._done // up              # start at an output whose phase is 0: i0 = k · down
+        base = k * down - self.left - self._start
+        y = np.zeros(upto - k * up, np.float64)
+        first = np.zeros(up, np.int64)
+        first[(np.arange(up) * down) % up] = np.arange(up)
+        _apply_phases(self._x[base:], _whole_table(up, down), first, up, down, y)
+        out = y[self._done - k * up:].astype(np.float32)
+        self._done = upto
+        keep = (self._done // up) * down - self.left - self._start   # the next call's base
+        self._x, self._start = self._x[keep:], self._start + keep
+        return out
 
 
 def _reach(up, down):

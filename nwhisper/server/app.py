@@ -10,7 +10,7 @@ Routes (token-protected unless marked open):
     POST /v1/audio/transcriptions   OpenAI's API shape
     POST /v1/audio/translations     the same, task=translate
     GET  /v1/models                 the one model this server holds, as OpenAI lists models
-    (WebSocket)                     stream.py's routes, when that module exists — see _stream_routes
+    GET  / and /stream (WebSocket)  live audio in, utterances out (stream.py)
 
 A transcription request goes: token check → size check → a connection slot (limits.Slots; the body
 is read only once the request holds one) → parse (upload.py) → decode on a small thread pool →
@@ -36,7 +36,7 @@ from tornado import httpserver, ioloop, netutil, web
 
 from ..io.audio import AudioError, load_audio
 from ..io.registry import DEFAULT_MODEL
-from . import auth, formats
+from . import auth, formats, stream
 from .inference import Abandoned, ModelHost
 from .limits import Busy, Slots
 from .upload import Reject, parse
@@ -80,6 +80,7 @@ class Context:
         self.slots = Slots(config.connections, config.queue)
         self.decoders = ThreadPoolExecutor(2, thread_name_prefix="nwhisper-decode")
         self.requests = self.failed = 0
+        self.streams_open = self.streams_opened = 0
         self.started = time.monotonic()
 
     def health(self):
@@ -100,6 +101,7 @@ class Context:
             "abandoned": h.abandoned,
             "connections": {"active": self.slots.active, "waiting": self.slots.waiting,
                             "max": self.slots.size},
+            "streams": {"open": self.streams_open, "opened": self.streams_opened},
             "uptime_s": round(time.monotonic() - self.started, 1),
         }
 
@@ -421,26 +423,6 @@ class OpenAIHandler(TranscribeHandler):
 # -- the application --------------------------------------------------------------------------
 
 
-def _stream_routes(ctx):
-    """The seam for live audio over a WebSocket on the same port (its own issue).
-
-    A module nwhisper/server/stream.py, when present, provides `routes(ctx) -> [(pattern,
-    handler_class, kwargs)]`, placed before the page's routes. A stream handler should:
-    check `auth.problem(request, ctx.config.token)` in `open`/`prepare`; hold a connection slot
-    for its lifetime (`t = ctx.slots.enter()`; `await t`; `ctx.slots.leave(t)` on close;
-    `limits.Busy` → refuse); call `ctx.host.hold()` / `ctx.host.release()` so an open stream
-    keeps the model loaded; and run model work through `ctx.host.submit(fn, priority)` with
-    `inference.FINAL` for utterances and `inference.DRAFT` for drafts, so drafts give way.
-    """
-    import importlib.util
-
-    if importlib.util.find_spec(__package__ + ".stream") is None:
-        return []
-    from . import stream
-
-    return list(stream.routes(ctx))
-
-
 def _log_request(handler):
     """Tornado's access log, with any ?token=… blanked out."""
     status = handler.get_status()
@@ -453,15 +435,13 @@ def _log_request(handler):
 
 def make_app(ctx):
     k = {"ctx": ctx}
-    ctx.stream_routes = _stream_routes(ctx)
     routes = [
         (r"/health", HealthHandler, k),
         (r"/inference", InferenceHandler, k),
         (r"/v1/audio/transcriptions", OpenAIHandler, {"ctx": ctx, "task": "transcribe"}),
         (r"/v1/audio/translations", OpenAIHandler, {"ctx": ctx, "task": "translate"}),
         (r"/v1/models", ModelsHandler, k),
-        *ctx.stream_routes,
-        (r"/()", PageHandler, {"path": STATIC, "default_filename": "index.html"}),
+        *stream.routes(ctx),
         (r"/static/(.+)", PageHandler, {"path": STATIC}),
     ]
     return web.Application(routes, default_handler_class=NotFound, default_handler_args=k,
@@ -521,9 +501,8 @@ async def _serve(cfg, host, say):
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    extra = ", WebSocket: live audio" if ctx.stream_routes else ""
     say(f"nwhisper serving on {url(cfg, port)} (test page at /, POST /inference, "
-        f"POST /v1/audio/transcriptions, GET /health{extra})")
+        f"POST /v1/audio/transcriptions, GET /health, WebSocket at / and /stream: live audio)")
     await stop.wait()
     say("nwhisper: stopping")
     server.stop()

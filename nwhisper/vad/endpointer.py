@@ -77,6 +77,7 @@ class EndpointerOptions:
     tail_ms: int = 200            # ... and after it
     level_ms: int = 1000          # a Level event this often; 0 = never
     room: bool = True             # raise the threshold above the room's noise
+    stops: bool = False           # emit Stop when the voice has been silent for tail_ms
     legacy: bool = False          # label only: options() built these as the old endpointer
 
     def __post_init__(self):
@@ -123,6 +124,22 @@ class Partial:
     t1: float
     at: float
     kind: str = field(default="partial", init=False)
+
+
+@dataclass(frozen=True)
+class Stop:
+    """The voice of utterance `seg` stopped tail_ms ago: t0..t1 (and speech_t0..speech_t1) are
+    what End will say if the pause now closes with no more voice. A live stream starts
+    transcribing that span here, while the pause runs, so that the answer is ready when it
+    closes; more voice makes the span stale (End then says other times)."""
+
+    seg: int
+    t0: float
+    t1: float
+    speech_t0: float
+    speech_t1: float
+    at: float
+    kind: str = field(default="stop", init=False)
 
 
 @dataclass(frozen=True)
@@ -242,8 +259,12 @@ class Endpointer:
             if o.partials and self.voiced_since_partial * CHUNK_MS >= o.partial_ms:
                 self.voiced_since_partial = 0
                 events.append(Partial(self.seg, _s(self.t0), _s(n + 1), _s(n + 1)))
-            if (n + 1 - self.speech_end) * CHUNK_MS >= self.pause_ms:
+            silent_ms = (n + 1 - self.speech_end) * CHUNK_MS
+            if silent_ms >= self.pause_ms:
                 events.append(self._close("pause", n + 1))
+            elif o.stops and not voiced and silent_ms == o.tail_ms // CHUNK_MS * CHUNK_MS:
+                events.append(Stop(self.seg, _s(self.t0), _s(n + 1), _s(self.speech_start),
+                                   _s(self.speech_end), _s(n + 1)))
             elif (n + 1 - self.t0) * CHUNK_MS >= o.max_utt_ms:
                 events += self._split(n + 1)
 
@@ -264,6 +285,18 @@ class Endpointer:
     def reset(self):
         """Forget the open utterance (no End for it); the room and the learned pause stay."""
         self._forget()
+
+    def reconfigure(self, options):
+        """New options mid-stream (a client's config message): what was measured of the room
+        and the speaker stays; a fixed pause_ms takes effect at once, a learned one is
+        re-derived within the new range."""
+        self.o = options
+        if options.pause_ms is not None:
+            self.pause_ms = options.pause_ms
+        if options.learning:
+            self.pause_ms = int(min(options.max_pause_ms, max(options.min_pause_ms, self.pause_ms)))
+            if len(self.gaps) >= MIN_GAPS:
+                self._gap(self.gaps.pop())
 
     # -- what it measures ---------------------------------------------------------------------
 

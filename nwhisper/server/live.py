@@ -1,0 +1,323 @@
+"""One live stream: audio in, utterances out — the endpointer's events turned into model jobs.
+
+    live = LiveStream(host, settings, send, language=None, max_tokens=224)
+    live.feed(samples)          # float32 at settings.rate, any length (on the IOLoop)
+    live.end()                  # the client says the utterance is over: transcribe it now
+    live.reset()                # forget the open utterance
+    live.close()                # the connection went: nothing it queued runs
+
+`send(message)` gets the stream's messages as dicts in the native protocol's shapes (stream.py
+writes them as JSON; another dialect can translate them): final, partial, start, level, error.
+
+How an utterance becomes an answer:
+* The endpointer's Stop (the voice has been silent for its tail): the utterance as End would
+  cut it now is transcribed at once, with the full 30 s context, as a FINAL job — while the
+  closing pause runs. More voice makes it stale: if it has not started it is dropped; if it has,
+  its result is not used.
+* End (the pause closed, max_utt_ms, or the client's end): if the speculative job has the same
+  span, its result is the final (proc_ms, the wait after the close, ≈ 0); else a FINAL job now.
+  Finals go out in utterance order. An utterance whose text comes back empty (the model's
+  no-speech gate) is said only when it had drafts: every utterance with drafts ends in a final.
+* Partial: a DRAFT job over the utterance so far, encoded with a short context (the audio + 5 s,
+  at least 10 s: whisper.cpp's audio_ctx). A stream keeps at most one draft waiting; a newer one
+  replaces it, and one whose utterance has closed is skipped. Drafts queue behind every final
+  (inference.ModelHost's priorities), so under load they are late or dropped, finals never.
+  `stable` is the words the last two drafts agree on, from the start.
+
+Everything here runs on the IOLoop, except the job functions, which run on the model's worker
+thread and read only the snapshot (seg, span, audio) they were handed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import time
+
+import numpy as np
+from tornado import ioloop
+
+from ..io.audio import SAMPLE_RATE, StreamResampler
+from ..vad.endpointer import CHUNK_MS
+from ..vad.stream import VadStream, detector
+from .inference import DRAFT, FINAL, Abandoned
+
+log = logging.getLogger("nwhisper.server")
+
+DRAFT_MARGIN_S = 5.0         # a draft encodes its audio plus this much ...
+DRAFT_MIN_S = 10.0           # ... and at least this much
+KEEP_S = 2.0                 # audio kept before an utterance opens (lead-in and onset search)
+POSITIONS_PER_S = 50         # encoder positions per second of audio (20 ms each)
+
+
+def draft_ctx(seconds, n_audio_ctx):
+    """Encoder positions for a draft of `seconds` of audio."""
+    want = max(seconds + DRAFT_MARGIN_S, DRAFT_MIN_S)
+    return min(n_audio_ctx, math.ceil(want * POSITIONS_PER_S))
+
+
+def stable_prefix(previous, current):
+    """The words two drafts agree on from the start, as a prefix of `current`."""
+    a, b = previous.split(), current.split()
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    if n == 0:
+        return ""
+    # the prefix of current's own text through its n-th word (its spacing kept)
+    i, seen = 0, 0
+    while seen < n:
+        while current[i].isspace():
+            i += 1
+        while i < len(current) and not current[i].isspace():
+            i += 1
+        seen += 1
+    return current[:i]
+
+
+def _text(segments):
+    return "".join(s.text for s in segments)
+
+
+class _Utterance:
+    """What the stream knows of one utterance while its final is being made."""
+
+    __slots__ = ("seg", "drafted", "last_draft", "spec", "spec_span", "spec_voice_end", "spec_stale")
+
+    def __init__(self, seg):
+        self.seg = seg
+        self.drafted = False         # a partial was sent
+        self.last_draft = ""
+        self.spec = None             # the speculative final's Job
+        self.spec_span = None        # (t0, t1) it transcribes
+        self.spec_voice_end = None   # where the voice had stopped (s): more voice makes it stale
+        self.spec_stale = False
+
+
+class LiveStream:
+    def __init__(self, host, settings, send, language=None, max_tokens=224):
+        self.host, self.send = host, send
+        self.default_language, self.max_tokens = language, max_tokens
+        self.settings = None
+        self.vad = None
+        self._resampler = None
+        self._audio = np.zeros(0, np.float32)   # the stream's 16 kHz audio from sample _base on
+        self._base = 0
+        self._utt = {}                          # seg → _Utterance, open or awaiting its final
+        self._draft_job = None                  # the stream's one draft job, queued or running
+        self._draft_want = None                 # (seg, t0, t1, audio) the next draft is of
+        self._last_final = None                 # the previous final's delivery (order)
+        self.closed = False
+        self.configure(settings)
+
+    # -- settings ---------------------------------------------------------------------------
+
+    def configure(self, settings):
+        """Apply validated StreamSettings; what the room taught the endpointer is kept."""
+        old, self.settings = self.settings, settings
+        if old is None or old.rate != settings.rate:
+            self._resampler = StreamResampler(settings.rate) if settings.rate != SAMPLE_RATE else None
+        opts = settings.endpointer_options()
+        if self.vad is None:
+            self.vad = VadStream(opts, vad=settings.vad)
+        else:
+            if old.vad != settings.vad:
+                self.vad.detector = detector(settings.vad)
+            self.vad.endpointer.reconfigure(opts)
+
+    def effective(self):
+        """The settings in force, as the config answer reports them."""
+        s, ep = self.settings, self.vad.endpointer
+        return {"format": s.format, "rate": s.rate, "lang": self.language() or "auto",
+                "partials": s.partials, "partial_ms": s.partial_ms, "pause_ms": int(ep.pause_ms),
+                "adaptive": ep.o.learning, "min_pause_ms": s.min_pause_ms,
+                "max_pause_ms": s.max_pause_ms, "threshold": s.threshold, "near_db": s.near_db,
+                "max_utt_ms": s.max_utt_ms, "events": s.events, "levels": s.levels,
+                "vad": getattr(self.vad.detector, "name", s.vad)}
+
+    def language(self):
+        lang = self.settings.lang if self.settings.lang is not None else self.default_language
+        return None if lang in (None, "auto") else lang
+
+    # -- audio in ---------------------------------------------------------------------------
+
+    def feed(self, samples):
+        """Samples at settings.rate: into the ring, through the endpointer, events acted on."""
+        x = self._resampler.feed(samples) if self._resampler else np.asarray(samples, np.float32)
+        self._audio = np.concatenate([self._audio, x])
+        self._act(self.vad.feed(x))
+        self._trim()
+
+    def end(self):
+        self._act(self.vad.end())
+
+    def reset(self):
+        ep = self.vad.endpointer
+        if ep.open:
+            u = self._utt.pop(ep.seg, None)
+            if u is not None and u.spec is not None:
+                self.host.abandon(u.spec)
+            if self._draft_want is not None and self._draft_want[0] == ep.seg:
+                self._draft_want = None
+        self.vad.reset()
+
+    def close(self):
+        """Nothing this stream queued runs; a running job's result is not sent."""
+        self.closed = True
+        for u in self._utt.values():
+            if u.spec is not None:
+                self.host.abandon(u.spec)
+        if self._draft_job is not None:
+            self.host.abandon(self._draft_job)
+        self._utt.clear()
+
+    def _span(self, t0, t1):
+        a = round(t0 * SAMPLE_RATE) - self._base
+        b = round(t1 * SAMPLE_RATE) - self._base
+        return self._audio[max(a, 0):max(b, 0)].copy()
+
+    def _trim(self):
+        ep = self.vad.endpointer
+        now = self._base + len(self._audio)
+        keep = now - int(KEEP_S * SAMPLE_RATE)
+        if ep.open:
+            keep = min(keep, ep.t0 * CHUNK_MS * SAMPLE_RATE // 1000)
+        if keep > self._base:
+            self._audio = self._audio[keep - self._base:]
+            self._base = keep
+
+    # -- events -----------------------------------------------------------------------------
+
+    def _act(self, events):
+        for e in events:
+            getattr(self, "_on_" + e.kind)(e)
+        self._drop_stale_speculation()
+
+    def _on_start(self, e):
+        self._utt[e.seg] = _Utterance(e.seg)
+        if self.settings.events:
+            self.send({"type": "start", "seg": e.seg, "t0": e.t0})
+
+    def _on_level(self, e):
+        if self.settings.levels:
+            self.send({"type": "level", "noise_db": e.noise_db, "speech_db": e.speech_db,
+                       "snr_db": e.snr_db, "p_noise": e.p_noise, "pause_ms": e.pause_ms,
+                       "threshold": e.threshold})
+
+    def _on_stop(self, e):
+        u = self._utt.get(e.seg)
+        if u is None:
+            return
+        if u.spec is not None:
+            self.host.abandon(u.spec)
+        audio = self._span(e.t0, e.t1)
+        u.spec_span, u.spec_voice_end, u.spec_stale = (e.t0, e.t1), e.speech_t1, False
+        u.spec = self.host.submit(self._final_job(audio), FINAL)
+
+    def _drop_stale_speculation(self):
+        """The voice came back after a Stop: its speculative job is no longer the answer."""
+        ep = self.vad.endpointer
+        if not ep.open:
+            return
+        u = self._utt.get(ep.seg)
+        if (u is not None and u.spec is not None and not u.spec_stale
+                and round(ep.speech_end * CHUNK_MS / 1000, 3) > u.spec_voice_end):
+            u.spec_stale = True
+            self.host.abandon(u.spec)
+
+    def _on_partial(self, e):
+        if e.seg not in self._utt:
+            return
+        self._draft_want = (e.seg, e.t0, e.t1, self._span(e.t0, e.t1))
+        if self._draft_job is None:
+            self._submit_draft()
+
+    def _on_end(self, e):
+        u = self._utt.get(e.seg) or _Utterance(e.seg)
+        self._utt[e.seg] = u
+        closed_at = time.perf_counter()
+        if self._draft_job is not None and self._draft_want and self._draft_want[0] == e.seg:
+            self._draft_want = None          # its utterance has closed: no more drafts of it
+        if u.spec is not None and not u.spec_stale and u.spec_span == (e.t0, e.t1):
+            job = u.spec
+        else:
+            if u.spec is not None:
+                self.host.abandon(u.spec)
+            job = self.host.submit(self._final_job(self._span(e.t0, e.t1)), FINAL)
+        self._last_final = asyncio.ensure_future(self._deliver(e, u, job, self._last_final, closed_at))
+
+    async def _deliver(self, e, u, job, previous, closed_at):
+        """Send utterance e's final once its job is done, after the previous final."""
+        text = error = None
+        try:
+            text = await job.future
+        except Abandoned:
+            pass
+        except Exception as exc:        # a bug or the device: say so; the stream goes on
+            log.exception("final failed")
+            error = f"transcription of utterance {e.seg} failed: {type(exc).__name__}: {exc}"
+        ready = time.perf_counter()
+        if previous is not None:
+            await previous
+        self._utt.pop(e.seg, None)
+        if self.closed:
+            return
+        if error:
+            self.send({"error": error})
+        elif text is not None and (text.strip() or u.drafted):
+            self.send({"type": "final", "seg": e.seg, "text": text, "t0": e.t0, "t1": e.t1,
+                       "speech_t0": e.speech_t0, "speech_t1": e.speech_t1,
+                       "proc_ms": max(0, round((ready - closed_at) * 1000))})
+
+    # -- jobs -------------------------------------------------------------------------------
+
+    def _final_job(self, audio):
+        kw = dict(language=self.language(), max_tokens=self.max_tokens)
+
+        def run(model):             # on the model's worker thread
+            segments, _ = model.transcribe(audio, **kw)
+            return _text(segments)
+        return run
+
+    def _submit_draft(self):
+        kw = dict(language=self.language(), max_tokens=self.max_tokens)
+
+        def run(model):             # on the model's worker thread
+            want = self._draft_want
+            if want is None or self.closed:
+                return None
+            seg, t0, t1, audio = want
+            ctx = draft_ctx(len(audio) / SAMPLE_RATE, model.dims.n_audio_ctx)
+            segments, _ = model.transcribe(audio, audio_ctx=ctx, **kw)
+            return want, _text(segments)
+
+        self._draft_job = job = self.host.submit(run, DRAFT)
+        ioloop.IOLoop.current().add_future(job.future, self._draft_done)
+
+    def _draft_done(self, f):
+        self._draft_job = None
+        if self.closed:
+            return
+        try:
+            result = f.result()
+        except Abandoned:
+            result = None
+        except Exception as e:          # a bug or the device: say so; the stream goes on
+            log.exception("draft failed")
+            self.send({"error": f"draft failed: {type(e).__name__}: {e}"})
+            result = None
+        if result is not None:
+            (seg, t0, t1, _), text = result
+            u = self._utt.get(seg)
+            ep = self.vad.endpointer
+            if u is not None and ep.open and ep.seg == seg:
+                stable = stable_prefix(u.last_draft, text) if u.drafted else ""
+                u.drafted, u.last_draft = True, text
+                self.send({"type": "partial", "seg": seg, "text": text, "stable": stable,
+                           "t0": t0, "t1": t1, "pause_ms": int(ep.pause_ms)})
+            if self._draft_want is not None and self._draft_want[:3] == (seg, t0, t1):
+                self._draft_want = None
+        if self._draft_want is not None:    # a newer draft came while this one ran
+            self._submit_draft()
+

@@ -1,0 +1,182 @@
+"""Live audio over a WebSocket on the server's port: `/` (a GET with Upgrade: websocket; plain
+GETs get the test page) and `/stream`.
+
+    → {"format": "pcm16", "rate": 48000, "partials": true}     optional config, any time
+    ← {"status": "ok", "format": "pcm16", "vad": "silero", "pause_ms": 400, …}
+    → binary frames of audio
+    ← {"type": "final", "seg": 1, "text": " Hello.", "t0": 1.27, "t1": 2.73,
+       "speech_t0": 1.66, "speech_t1": 2.53, "proc_ms": 0}
+    → {"cmd": "end"} | {"cmd": "reset"}
+    ← {"error": "…"}                                           failures are named
+
+protocol.py checks what comes in; live.py turns the audio into utterances and jobs. The handshake
+is refused with an HTTP error, as JSON, before any upgrade: 401 for a missing or wrong token, 503
+when every connection slot is taken (a stream holds one for as long as it is open). After it,
+nothing a client sends closes the stream except a frame over the WebSocket's own limit (Tornado
+closes with 1009): a bad config, command or frame is answered with an error and the stream goes on.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+
+from tornado import websocket
+
+from . import auth
+from .limits import Busy
+from .live import LiveStream
+from .protocol import ConfigError, FrameError, StreamSettings, decode_frame
+
+log = logging.getLogger("nwhisper.server")
+
+MAX_MESSAGE = 16 << 20       # Tornado closes the connection past this (frames past MAX_FRAME
+                             # are refused with an error and the stream goes on)
+PAGE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "static", "index.html")
+
+
+class StreamHandler(websocket.WebSocketHandler):
+    def initialize(self, ctx):
+        self.ctx = ctx
+        self.live = None
+        self._slot = None
+
+    def check_origin(self, origin):
+        return True                  # the token is the guard; pages on the LAN are welcome
+
+    async def get(self, *args, **kwargs):
+        cfg = self.ctx.config
+        why = auth.problem(self.request, cfg.token)
+        if why:
+            return self._refuse(401, why)
+        if self.request.headers.get("Upgrade", "").lower() != "websocket":
+            return self._refuse(400, "this route is a WebSocket: connect with Upgrade: websocket")
+        try:
+            ticket = self.ctx.slots.enter()
+        except Busy as e:
+            return self._refuse(503, str(e))
+        if not ticket.done():        # a stream does not wait behind streams that may stay open
+            self.ctx.slots.leave(ticket)
+            return self._refuse(503, f"server busy: all {self.ctx.slots.size} connections are in "
+                                     f"use; retry later")
+        self._slot = ticket
+        await super().get(*args, **kwargs)
+        if self.ws_connection is None:        # the upgrade failed: give the slot back
+            self._let_go()
+
+    def _refuse(self, status, message):
+        self.set_status(status)
+        if status == 401:
+            self.set_header("WWW-Authenticate", 'Bearer realm="nwhisper"')
+        self.set_header("Content-Type", "application/json")
+        self.finish(json.dumps({"error": message}))
+
+    def get_compression_options(self):
+        return None
+
+    @property
+    def max_message_size(self):
+        return MAX_MESSAGE
+
+    def open(self, *args, **kwargs):
+        host, cfg = self.ctx.host, self.ctx.config
+        host.hold()
+        self.live = LiveStream(host, StreamSettings(), self._send, language=cfg.language,
+                               max_tokens=cfg.max_tokens)
+        self.ctx.streams_open += 1
+        self.ctx.streams_opened += 1
+
+    def on_message(self, message):
+        live = self.live
+        if live is None or live.closed:
+            return
+        if isinstance(message, bytes):
+            try:
+                samples = decode_frame(message, live.settings)
+            except FrameError as e:
+                return self._send({"error": str(e)})
+            if len(samples):
+                live.feed(samples)
+            return
+        try:
+            msg = json.loads(message)
+        except ValueError as e:
+            return self._send({"error": f"a text message must be JSON (a config object or a "
+                                        f"command): {e}"})
+        if isinstance(msg, dict) and "cmd" in msg:
+            return self._command(msg)
+        try:
+            settings = live.settings.updated(msg)
+            self._check_language(settings)
+        except ConfigError as e:
+            return self._send({"error": f"config refused, nothing changed: {e}"})
+        live.configure(settings)
+        self._send({"status": "ok", **live.effective()})
+
+    def _command(self, msg):
+        cmd, extra = msg.get("cmd"), sorted(set(msg) - {"cmd"})
+        if extra:
+            return self._send({"error": f"a command message takes only \"cmd\", not "
+                                        f"{', '.join(repr(k) for k in extra)}"})
+        if cmd == "end":
+            self.live.end()
+        elif cmd == "reset":
+            self.live.reset()
+        else:
+            self._send({"error": f"unknown command {cmd!r}: the commands are \"end\" and \"reset\""})
+
+    def _check_language(self, settings):
+        host = self.ctx.host
+        lang = settings.lang
+        if lang in (None, "auto"):
+            return
+        if host.languages and lang not in host.languages:
+            raise ConfigError(f"unknown language code '{lang}'; this model knows: "
+                              f"{', '.join(host.languages)}")
+        if not host.multilingual and lang != "en":
+            raise ConfigError(f"this model ({host.name}) is English-only; it cannot transcribe "
+                              f"language '{lang}'")
+
+    def _send(self, message):
+        if self.ws_connection is None or self.ws_connection.is_closing():
+            return
+        try:
+            self.write_message(json.dumps(message, ensure_ascii=False))
+        except websocket.WebSocketClosedError:
+            pass
+
+    def on_close(self):
+        if self.live is not None:
+            self.live.close()
+            self.live = None
+            self.ctx.host.release()
+            self.ctx.streams_open -= 1
+        self._let_go()
+
+    def on_connection_close(self):
+        super().on_connection_close()
+        self._let_go()
+
+    def _let_go(self):
+        if self._slot is not None:
+            self.ctx.slots.leave(self._slot)
+            self._slot = None
+
+
+class RootHandler(StreamHandler):
+    """`/`: the test page for a browser, a stream for a WebSocket client."""
+
+    async def get(self, *args, **kwargs):
+        if self.request.headers.get("Upgrade", "").lower() == "websocket":
+            return await super().get(*args, **kwargs)
+        self.set_header("Server", "nwhisper")
+        self.set_header("Cache-Control", "no-cache")
+        self.set_header("Content-Type", "text/html; charset=utf-8")
+        with open(PAGE, "rb") as f:
+            self.finish(f.read())
+
+
+def routes(ctx):
+    k = {"ctx": ctx}
+    return [(r"/", RootHandler, k), (r"/stream", StreamHandler, k)]
