@@ -127,9 +127,12 @@ class ModelHost:
         log.info("model %s unloaded after %.0f s idle", self.name, self.unload_after)
 
     def hold(self):
-        """An open stream keeps the model loaded until `release`."""
+        """An open stream keeps the model loaded until `release` (and loads it now if it was
+        unloaded, so that its first utterance does not wait for the load)."""
         self._holds += 1
         self.last_active = time.monotonic()
+        if self._model is None and not self.busy:
+            self.submit(lambda model: None)
 
     def release(self):
         self._holds -= 1
