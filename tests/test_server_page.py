@@ -1,10 +1,13 @@
-"""The test page at / in headless Chromium: choose fixtures/jfk.wav, see its transcript.
+"""The test page at / in headless Chromium: choose fixtures/jfk.wav, see its transcript; press
+Start microphone with Chromium's fake microphone playing jfk.wav, see its sentence appear.
 
 Chromium is Debian's `chromium` (.ci/run installs it); it is driven over the Chrome DevTools
 Protocol with Tornado's own WebSocket client, so the test needs no driver and no extra Python
 package. The file goes in through DOM.setFileInputFiles, which fires the input's change event
 as a user's choice would; the page then POSTs it to /inference and writes the transcript. A
-screenshot of the result is saved as page.png in the test's tmp dir.
+screenshot of the result is saved as page.png in the test's tmp dir. The microphone is Chromium's
+fake capture device reading a WAV file (`--use-file-for-fake-audio-capture`); the page sends it
+through its AudioWorklet over the WebSocket as a person's microphone would be (mic.png).
 """
 
 from __future__ import annotations
@@ -122,3 +125,64 @@ def test_page_uploads_a_clip_and_shows_its_transcript(tmp_path):
     assert status.startswith("jfk.wav: ") and status.endswith(" ms")
     assert (tmp_path / "page.png").stat().st_size > 10_000
     assert "200 POST /inference" in server.output()
+
+
+MIC_FLAGS = ["--use-fake-ui-for-media-stream", "--use-fake-device-for-media-stream",
+             "--autoplay-policy=no-user-gesture-required"]
+
+
+async def _drive_mic(port, screenshot):
+    from tornado.websocket import websocket_connect
+
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    with opener.open(f"http://127.0.0.1:{port}/json/list", timeout=10) as r:
+        pages = [t for t in json.load(r) if t["type"] == "page"]
+    ws = await websocket_connect(pages[0]["webSocketDebuggerUrl"], max_message_size=64 << 20)
+    cdp = DevTools(ws)
+    try:
+        await cdp.until("document.readyState === 'complete' && "
+                        "document.getElementById('model').textContent.includes('tiny.en')", 30)
+        await cdp.js("document.getElementById('mic').click()")
+        await cdp.until("document.getElementById('utterances').textContent.includes('country')", 120)
+        await cdp.until("document.getElementById('room').textContent.includes('pause')", 10)
+        said = await cdp.js("document.getElementById('utterances').textContent")
+        room = await cdp.js("document.getElementById('room').textContent")
+        status = await cdp.js("document.getElementById('status').textContent")
+        shot = await cdp("Page.captureScreenshot", format="png")
+        with open(screenshot, "wb") as f:
+            f.write(base64.b64decode(shot["data"]))
+        return said, room, status
+    finally:
+        ws.close()
+
+
+def test_page_microphone_streams_and_shows_the_sentence(tmp_path):
+    import numpy as np
+    import soundfile as sf
+
+    from nwhisper.io.audio import load_audio, resample
+
+    x = load_audio(JFK)
+    mic = np.concatenate([np.zeros(16000, np.float32), x, np.zeros(3 * 16000, np.float32)])
+    wav = tmp_path / "mic.wav"
+    sf.write(wav, resample(mic, 16000, 48000), 48000, subtype="PCM_16")
+    server = Server(str(tmp_path), "mic", "tiny.en").wait()
+    profile = tmp_path / "chromium-profile"
+    browser = subprocess.Popen([CHROMIUM, *FLAGS, *MIC_FLAGS, f"--use-file-for-fake-audio-capture={wav}",
+                                f"--user-data-dir={profile}", server.url + "/"],
+                               stdout=subprocess.DEVNULL, stderr=open(tmp_path / "chromium.log", "w"))
+    try:
+        port = _devtools_port(str(profile), browser)
+        said, room, status = asyncio.run(_drive_mic(port, str(tmp_path / "mic.png")))
+    finally:
+        browser.terminate()
+        try:
+            browser.wait(10)
+        except subprocess.TimeoutExpired:
+            browser.kill()
+        server.stop()
+    assert "what your country can do for you" in said.lower().replace(",", ""), (said, status)
+    assert status.startswith("listening: silero VAD") and status.endswith("00 Hz"), status  # the
+    # AudioContext's own rate (44100 or 48000, the output device's), resampled by the server
+    assert "noise" in room and "pause" in room
+    assert (tmp_path / "mic.png").stat().st_size > 10_000
