@@ -99,6 +99,7 @@ class Context:
             "busy": h.busy,
             "queued": h.queued,
             "abandoned": h.abandoned,
+            "queue_wait_ms": h.wait_stats(),
             "connections": {"active": self.slots.active, "waiting": self.slots.waiting,
                             "max": self.slots.size},
             "streams": {"open": self.streams_open, "opened": self.streams_opened},

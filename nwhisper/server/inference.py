@@ -19,6 +19,7 @@ job.
 
 from __future__ import annotations
 
+import collections
 import gc
 import heapq
 import inspect
@@ -35,6 +36,7 @@ log = logging.getLogger("nwhisper.server")
 
 FINAL, DRAFT = 0, 1          # job priorities: lower runs first
 WARMUP_SECONDS = 1.0         # of silence, transcribed once at startup (Numba dispatch, scratch)
+WAITS_KEPT = 1000            # queue waits remembered per priority, for /health
 
 
 class Abandoned(Exception):
@@ -42,11 +44,12 @@ class Abandoned(Exception):
 
 
 class Job:
-    __slots__ = ("priority", "seq", "fn", "future")
+    __slots__ = ("priority", "seq", "fn", "future", "submitted")
 
     def __init__(self, priority, seq, fn):
         self.priority, self.seq, self.fn = priority, seq, fn
         self.future = Future()
+        self.submitted = time.monotonic()
 
     def __lt__(self, other):
         return (self.priority, self.seq) < (other.priority, other.seq)
@@ -72,6 +75,11 @@ class ModelHost:
         self.accepts = frozenset()   # keyword arguments model.transcribe takes
         self.loads = self.unloads = 0
         self.abandoned = 0           # jobs dropped from the queue because their client left
+        self.waits = {FINAL: collections.deque(maxlen=WAITS_KEPT), DRAFT: collections.deque(maxlen=WAITS_KEPT)}
+        self.overtaken = 0           # finals started after a draft submitted later (never, by the heap)
+        self.utterance_s = None      # how long a short utterance takes to transcribe (the warm-up's,
+                                     # then live.py's moving average), None: not known
+        self._last_draft_seq = -1
         self.last_load_ms = None
         self.last_active = time.monotonic()
         self._timer = None
@@ -90,7 +98,9 @@ class ModelHost:
         def go():
             self._load()
             if warmup:
+                t0 = time.perf_counter()
                 self._model.transcribe(np.zeros(int(WARMUP_SECONDS * 16000), np.float32))
+                self.utterance_s = time.perf_counter() - t0
 
         self._worker.submit(go).result()
 
@@ -172,10 +182,26 @@ class ModelHost:
             self.abandoned += 1
             future_set_exception_unless_cancelled(job.future, Abandoned())
 
+    def wait_stats(self):
+        """Queue waits (submit → start) of the recent FINAL and DRAFT jobs, in ms."""
+        out = {}
+        for name, p in (("final", FINAL), ("draft", DRAFT)):
+            w = np.array(self.waits[p]) * 1000
+            out[name] = ({"n": len(w), "p50": round(float(np.percentile(w, 50)), 1),
+                          "p95": round(float(np.percentile(w, 95)), 1), "max": round(float(w.max()), 1)}
+                         if len(w) else {"n": 0})
+        out["finals_overtaken_by_drafts"] = self.overtaken
+        return out
+
     def _next(self):
         if self._running is not None or not self._queue:
             return
         job = self._running = heapq.heappop(self._queue)
+        self.waits[job.priority].append(time.monotonic() - job.submitted)
+        if job.priority == DRAFT:
+            self._last_draft_seq = max(self._last_draft_seq, job.seq)
+        elif self._last_draft_seq > job.seq:
+            self.overtaken += 1
         done = self._worker.submit(self._call, job.fn)
         ioloop.IOLoop.current().add_future(done, lambda f: self._finished(job, f))
 

@@ -13,7 +13,10 @@ How an utterance becomes an answer:
 * The endpointer's Stop (the voice has been silent for its tail): the utterance as End would
   cut it now is transcribed at once, with the full 30 s context, as a FINAL job — while the
   closing pause runs. More voice makes it stale: if it has not started it is dropped; if it has,
-  its result is not used.
+  its result is not used. The tail (the audio after the voice that an utterance includes) is
+  200 ms where the pause leaves time to transcribe after it, and shortened, to 64 ms at least,
+  where the model would otherwise still be busy when the pause closes: the tail is then
+  pause − (a short utterance's transcription time, as measured) − a chunk.
 * End (the pause closed, max_utt_ms, or the client's end): if the speculative job has the same
   span, its result is the final (proc_ms, the wait after the close, ≈ 0); else a FINAL job now.
   Finals go out in utterance order. An utterance whose text comes back empty (the model's
@@ -49,6 +52,7 @@ DRAFT_MARGIN_S = 5.0         # a draft encodes its audio plus this much ...
 DRAFT_MIN_S = 10.0           # ... and at least this much
 KEEP_S = 2.0                 # audio kept before an utterance opens (lead-in and onset search)
 POSITIONS_PER_S = 50         # encoder positions per second of audio (20 ms each)
+MIN_TAIL_MS = 64             # at least two chunks after the voice: a shorter dip is inside a word
 
 
 def draft_ctx(seconds, n_audio_ctx):
@@ -193,6 +197,16 @@ class LiveStream:
         for e in events:
             getattr(self, "_on_" + e.kind)(e)
         self._drop_stale_speculation()
+        ep = self.vad.endpointer
+        if ep.open and ep.n == ep.speech_end:          # while the voice goes on, never after a Stop
+            ep.tail_ms = self._tail_ms(ep)
+
+    def _tail_ms(self, ep):
+        """The longest tail (≤ the endpointer's option) after which the final is still ready
+        when the pause closes."""
+        busy_ms = 1000 * (self.host.utterance_s or 0.0)
+        fits = int(ep.pause_ms - busy_ms) - CHUNK_MS
+        return max(MIN_TAIL_MS, min(ep.o.tail_ms, fits // CHUNK_MS * CHUNK_MS))
 
     def _on_start(self, e):
         self._utt[e.seg] = _Utterance(e.seg)
@@ -251,7 +265,9 @@ class LiveStream:
         """Send utterance e's final once its job is done, after the previous final."""
         text = error = None
         try:
-            text = await job.future
+            text, seconds = await job.future
+            h = self.host
+            h.utterance_s = seconds if h.utterance_s is None else 0.8 * h.utterance_s + 0.2 * seconds
         except Abandoned:
             pass
         except Exception as exc:        # a bug or the device: say so; the stream goes on
@@ -276,8 +292,9 @@ class LiveStream:
         kw = dict(language=self.language(), max_tokens=self.max_tokens)
 
         def run(model):             # on the model's worker thread
+            t = time.perf_counter()
             segments, _ = model.transcribe(audio, **kw)
-            return _text(segments)
+            return _text(segments), time.perf_counter() - t
         return run
 
     def _submit_draft(self):

@@ -74,7 +74,7 @@ class EndpointerOptions:
     partial_ms: int = 300         # one per this much new speech
     min_speech_ms: int = 96       # voice this long (within 160 ms) opens an utterance
     lead_ms: int = 300            # audio before the voice that an utterance includes
-    tail_ms: int = 200            # ... and after it
+    tail_ms: int = 200            # ... and after it (a live stream may shorten it: Endpointer.tail_ms)
     level_ms: int = 1000          # a Level event this often; 0 = never
     room: bool = True             # raise the threshold above the room's noise
     stops: bool = False           # emit Stop when the voice has been silent for tail_ms
@@ -195,6 +195,8 @@ class Endpointer:
         self.speech_db = None
         self.p_noise = 0.0
         self.pause_ms = self.o.pause_ms or self.o.start_pause_ms   # learning starts from it
+        self.tail_ms = self.o.tail_ms    # audio after the voice an utterance includes; a stream
+                                         # lowers it when its answer would otherwise be late
         self.last_end = None                         # (closed at, speech end, t1) of the last close
         self._forget()
 
@@ -262,7 +264,7 @@ class Endpointer:
             silent_ms = (n + 1 - self.speech_end) * CHUNK_MS
             if silent_ms >= self.pause_ms:
                 events.append(self._close("pause", n + 1))
-            elif o.stops and not voiced and silent_ms == o.tail_ms // CHUNK_MS * CHUNK_MS:
+            elif o.stops and not voiced and silent_ms == self.tail_ms // CHUNK_MS * CHUNK_MS:
                 events.append(Stop(self.seg, _s(self.t0), _s(n + 1), _s(self.speech_start),
                                    _s(self.speech_end), _s(n + 1)))
             elif (n + 1 - self.t0) * CHUNK_MS >= o.max_utt_ms:
@@ -291,6 +293,7 @@ class Endpointer:
         and the speaker stays; a fixed pause_ms takes effect at once, a learned one is
         re-derived within the new range."""
         self.o = options
+        self.tail_ms = min(self.tail_ms, options.tail_ms)
         if options.pause_ms is not None:
             self.pause_ms = options.pause_ms
         if options.learning:
@@ -366,7 +369,7 @@ class Endpointer:
 
     def _close(self, reason, at, speech_end=None):
         speech_end = self.speech_end if speech_end is None else speech_end
-        t1 = min(speech_end + self.o.tail_ms // CHUNK_MS, at)
+        t1 = min(speech_end + self.tail_ms // CHUNK_MS, at)
         event = End(self.seg, _s(self.t0), _s(t1), _s(self.speech_start), _s(speech_end),
                     reason, _s(at))
         self.last_end = (at, speech_end, t1)
@@ -387,7 +390,7 @@ class Endpointer:
         resume_end = self.speech_end
         mid = (gap_start + gap_end) // 2
         end = self._close("max", at, speech_end=gap_start)
-        t1 = min(gap_start + self.o.tail_ms // CHUNK_MS, mid)
+        t1 = min(gap_start + self.tail_ms // CHUNK_MS, mid)
         end = replace(end, t1=_s(t1))
         self.last_end = None
         self.seg += 1

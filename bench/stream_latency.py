@@ -1,0 +1,275 @@
+"""End of speech → final, over the live WebSocket, in three rooms; then eight streams at once.
+
+    python3 bench/stream_latency.py [--models tiny.en,base] [--computes float32,int8]
+                                    [--rooms quiet,tv,music] [--pause 300] [--load-s 60]
+                                    [--load-model base] [--load-compute int8] [--work DIR]
+
+The rooms are built with sox in --work (default /tmp/nwhisper-stream-bench) from fixture speech:
+eight answers of one speaker (cards/*.wav, forever.wav) with 2-3 s between them, 2 s of room
+before the first;
+  quiet   the answers over -70 dBFS white noise;
+  tv      a second voice (librivox and espeak readers, end to end) 12 dB below the speaker's
+          level all the way through, before the first answer too;
+  music   plucked chords, four a second, 10 dB below the speaker.
+Each is streamed at real-time pace (nwhisper.server.client, 40 ms pcm16 frames, pause_ms
+--pause) to `nwhisper serve MODEL --compute-type C`. The truth is the construction: where each
+answer's voice begins and ends (its 10 ms frames 15 dB over the clip's floor).
+
+Per room: latency = the final's arrival − the moment the answer's last voiced sample was sent
+(p50 / p95 / max over the answers); `right` = answers with exactly one final, on that answer
+alone, starting no more than 0.3 s before its voice; `stray` = finals on no answer (the other
+voice alone); `merged` = finals over two answers; `early` = finals that start > 0.3 s before
+their answer's voice (the other voice at its start); `missed` = answers with no final.
+
+The load run: eight streams of the quiet room looped to --load-s seconds, partials on, all at
+once, plus one HTTP client posting jfk.wav to /inference back to back, for --load-s seconds
+(loopback; it stops by itself). It prints finals received against answers sent, latency
+percentiles across all streams, the server's queue waits by priority (/health queue_wait_ms:
+a final never waits behind a draft that came after it), and the server's RSS before and after.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+
+import numpy as np
+import soundfile as sf
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from server_load import EXPECT, ROOT, form, pct, rss_mb, start_server, stop_server  # noqa: E402
+
+sys.path.insert(0, ROOT)
+from nwhisper.server.client import stream  # noqa: E402
+
+SR = 16000
+FIX = os.path.join(ROOT, "fixtures")
+ANSWERS = ["cards/001.wav", "forever.wav", "cards/002.wav", "cards/003.wav", "cards/005.wav",
+           "cards/004.wav", "forever.wav", "cards/001.wav"]
+GAPS_S = [2.5, 3.0, 2.0, 2.8, 2.2, 3.0, 2.4]
+LEAD_S, TAIL_S = 2.0, 2.5
+OTHER = ["librivox/sense_and_sensibility_01_austen_64kb-0870.flac", "espeak/en-11s.flac",
+         "librivox/sense_and_sensibility_01_austen_64kb-0890.flac",
+         "librivox/sense_and_sensibility_01_austen_64kb-0920.flac", "espeak/en-63s.flac"]
+EARLY_S = 0.3
+_opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+def read(rel):
+    x, sr = sf.read(os.path.join(FIX, rel), dtype="float32", always_2d=True)
+    assert sr == SR, rel
+    return x.mean(axis=1)
+
+
+def extent(x):
+    """(start, end) s of the voice in a clean clip: 10 ms frames 15 dB over its floor."""
+    n = SR // 100
+    db = 10 * np.log10((x[:len(x) // n * n].reshape(-1, n) ** 2).mean(1) + 1e-10)
+    cut = min(max(np.percentile(db, 10) + 15, db.max() - 35), db.max() - 6)
+    act = np.flatnonzero(db > cut)
+    return act[0] / 100, (act[-1] + 1) / 100
+
+
+def active_rms(x):
+    n = SR // 100
+    frames = (x[:len(x) // n * n].reshape(-1, n) ** 2).mean(1)
+    loud = frames[frames > frames.max() * 10 ** (-3.5)]
+    return float(np.sqrt(loud.mean()))
+
+
+def sox(*args):
+    subprocess.run(["sox", *map(str, args)], check=True, stderr=subprocess.DEVNULL)
+
+
+def build(work):
+    """The three rooms as 16 kHz WAVs in work/, and the answers' voice spans (s)."""
+    os.makedirs(work, exist_ok=True)
+    parts, truth, t = [np.zeros(int(LEAD_S * SR), np.float32)], [], LEAD_S
+    for i, rel in enumerate(ANSWERS):
+        x = read(rel)
+        a, b = extent(x)
+        truth.append((t + a, t + b))
+        parts.append(x)
+        t += len(x) / SR
+        gap = GAPS_S[i] if i < len(GAPS_S) else TAIL_S
+        parts.append(np.zeros(int(gap * SR), np.float32))
+        t += gap
+    speaker = np.concatenate(parts)
+    seconds = len(speaker) / SR
+    sf.write(os.path.join(work, "speaker.wav"), speaker, SR, subtype="PCM_16")
+    level = active_rms(np.concatenate([read(r) for r in set(ANSWERS)]))
+
+    other = np.concatenate([read(r) for r in OTHER])
+    other = np.tile(other, int(np.ceil(len(speaker) / len(other))))[:len(speaker)]
+    sf.write(os.path.join(work, "other.wav"), other, SR, subtype="PCM_16")
+    sox("-n", "-r", SR, "-c", 1, "-b", 16, os.path.join(work, "hiss.wav"), "synth", seconds, "whitenoise", "vol", 0.0003)
+    chords = [("A3", "C4", "E4"), ("F3", "A3", "C4"), ("C3", "E3", "G3"), ("G3", "B3", "D4")]
+    beats = []
+    for k in range(int(seconds * 4) + 1):
+        f = os.path.join(work, f"beat{k % 16}.wav")
+        if not os.path.exists(f):
+            sox("-n", "-r", SR, "-c", 1, "-b", 16, f, "synth", 0.25,
+                *[w for note in chords[(k // 4) % 4] for w in ("pluck", note)], "vol", 0.3)
+        beats.append(f)
+    sox(*beats, os.path.join(work, "music-raw.wav"))
+    music, _ = sf.read(os.path.join(work, "music-raw.wav"), dtype="float32")
+    rooms = {}
+    for name, noise, below in (("quiet", "hiss.wav", None), ("tv", "other.wav", 12.0), ("music", None, 10.0)):
+        out = os.path.join(work, f"{name}.wav")
+        if name == "music":
+            m = np.resize(music, len(speaker))
+            sf.write(os.path.join(work, "music.wav"), m, SR, subtype="PCM_16")
+            noise = "music.wav"
+        gain = 1.0 if below is None else level * 10 ** (-below / 20) / active_rms(read_abs(work, noise))
+        sox("-m", "-v", 1, os.path.join(work, "speaker.wav"), "-v", round(gain, 5), os.path.join(work, noise), out)
+        rooms[name] = out
+    return rooms, truth, seconds
+
+
+def read_abs(work, name):
+    return sf.read(os.path.join(work, name), dtype="float32")[0]
+
+
+def judge(finals, truth, sent_at):
+    """Per answer its latency, and the counts (module docstring) for one streamed room."""
+    lat, counts = [], {"right": 0, "stray": 0, "merged": 0, "early": 0, "missed": 0}
+    on = {i: [] for i in range(len(truth))}
+    for at, f in finals:
+        hit = [i for i, (a, b) in enumerate(truth) if f["speech_t0"] < b + 0.1 and f["speech_t1"] > a - 0.1]
+        if not hit:
+            counts["stray"] += 1
+        elif len(hit) > 1:
+            counts["merged"] += 1
+        else:
+            on[hit[0]].append((at, f))
+            if f["speech_t0"] < truth[hit[0]][0] - EARLY_S:
+                counts["early"] += 1
+    for i, got in on.items():
+        if not got:
+            counts["missed"] += 1
+            continue
+        if len(got) == 1 and got[0][1]["speech_t0"] >= truth[i][0] - EARLY_S:
+            counts["right"] += 1
+        lat.append(max(at for at, _ in got) - sent_at(truth[i][1]))
+    return lat, counts
+
+
+def stream_room(url, path, pause, pace=1.0, partials=False):
+    x = sf.read(path, dtype="float32")[0]
+    r = asyncio.run(stream(url, x, config={"pause_ms": pause, "partials": partials}, pace=pace, linger=6))
+    return [(m.at, m.msg) for m in r.messages if m.msg.get("type") == "final"], r.errors
+
+
+def fmt_ms(xs):
+    if not xs:
+        return "-"
+    ms = [1000 * v for v in xs]
+    return f"{pct(ms, 50):5.0f} {pct(ms, 95):5.0f} {max(ms):5.0f}"
+
+
+def health(url):
+    with _opener.open(url + "/health", timeout=30) as r:
+        return json.loads(r.read())
+
+
+def load_run(url, pid, path, truth, seconds, pause, load_s):
+    """Eight streams and an HTTP client for load_s seconds; what came back."""
+    x = sf.read(path, dtype="float32")[0]
+    loops = max(1, int(np.ceil(load_s / seconds)))
+    x = np.tile(x, loops)[:int(load_s * SR)]
+    spans = [(a + k * seconds, b + k * seconds) for k in range(loops) for a, b in truth
+             if b + k * seconds < load_s - 1]
+    body, ctype = form(os.path.join(FIX, "jfk.wav"))
+    stop, http = threading.Event(), []
+
+    def poster():
+        while not stop.is_set():
+            t0 = time.perf_counter()
+            req = urllib.request.Request(url + "/inference", data=body, headers={"Content-Type": ctype})
+            with _opener.open(req, timeout=600) as r:
+                ok = EXPECT in json.loads(r.read())["text"]
+            http.append((time.perf_counter() - t0, ok))
+
+    rss0 = rss_mb(pid)
+    th = threading.Thread(target=poster, daemon=True)
+    th.start()
+
+    async def all_streams():
+        ws = url.replace("http", "ws", 1) + "/stream"
+        return await asyncio.gather(*[stream(ws, x, config={"pause_ms": pause, "partials": True}, pace=1.0,
+                                             linger=10) for _ in range(8)])
+
+    results = asyncio.run(all_streams())
+    stop.set()
+    th.join(600)
+    rss1 = rss_mb(pid)
+    lat, got, right = [], 0, 0
+    for r in results:
+        finals = [(m.at, m.msg) for m in r.messages if m.msg.get("type") == "final"]
+        l, c = judge(finals, spans, lambda t: t)
+        lat += l
+        got += len(finals)
+        right += c["right"]
+    return {"answers": 8 * len(spans), "right": right, "finals": got, "lat": lat, "http": http,
+            "rss": (rss0, rss1), "waits": health(url)["queue_wait_ms"],
+            "errors": sum(len(r.errors) for r in results)}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--models", default="tiny.en,base")
+    ap.add_argument("--computes", default="float32,int8")
+    ap.add_argument("--rooms", default="quiet,tv,music")
+    ap.add_argument("--pause", type=int, default=300)
+    ap.add_argument("--load-s", type=float, default=60.0, help="0: no load run")
+    ap.add_argument("--load-model", default="base")
+    ap.add_argument("--load-compute", default="int8")
+    ap.add_argument("--work", default="/tmp/nwhisper-stream-bench")
+    a = ap.parse_args()
+    rooms, truth, seconds = build(a.work)
+    print(f"# stream latency, pause_ms {a.pause}, real-time pace, {len(truth)} answers in {seconds:.1f} s "
+          f"per room; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; load average "
+          f"{open('/proc/loadavg').read().split()[0]}; {os.cpu_count()} cores")
+    print(f"{'model':8} {'compute':8} {'room':6} {'p50':>5} {'p95':>5} {'max':>5}  right stray merged early missed")
+    load_done = False
+    for model in a.models.split(","):
+        for compute in a.computes.split(","):
+            proc, url = start_server(model, "--compute-type", compute)
+            try:
+                ws = url.replace("http", "ws", 1) + "/stream"
+                for room in a.rooms.split(","):
+                    finals, errors = stream_room(ws, rooms[room], a.pause)
+                    lat, c = judge(finals, truth, lambda t: t)
+                    print(f"{model:8} {compute:8} {room:6} {fmt_ms(lat)}  {c['right']:3}/{len(truth)} "
+                          f"{c['stray']:5} {c['merged']:6} {c['early']:5} {c['missed']:6}"
+                          + (f"  errors: {errors}" if errors else ""), flush=True)
+                if a.load_s > 0 and model == a.load_model and compute == a.load_compute:
+                    r = load_run(url, proc.pid, rooms["quiet"], truth, seconds, a.pause, a.load_s)
+                    load_done = r
+            finally:
+                stop_server(proc)
+    if load_done:
+        r = load_done
+        w = r["waits"]
+        ht = [t for t, _ in r["http"]]
+        print(f"\n# load: 8 streams of the quiet room + HTTP, {a.load_s:g} s, {a.load_model} {a.load_compute}")
+        print(f"finals {r['finals']} for {r['answers']} answers, right {r['right']}, stream errors {r['errors']}")
+        print(f"end of speech -> final ms at 8 streams: p50 {pct([1000 * v for v in r['lat']], 50):.0f}, "
+              f"p95 {pct([1000 * v for v in r['lat']], 95):.0f}, max {1000 * max(r['lat']):.0f}")
+        print(f"queue wait ms: final {w['final']}, draft {w['draft']}, finals overtaken by drafts "
+              f"{w['finals_overtaken_by_drafts']}")
+        if ht:
+            print(f"HTTP /inference during it: {len(ht)} requests, all right: {all(ok for _, ok in r['http'])}, "
+                  f"p50 {pct(ht, 50):.2f} s, max {max(ht):.2f} s")
+        print(f"server RSS: {r['rss'][0]:.0f} MB before, {r['rss'][1]:.0f} MB after")
+
+
+if __name__ == "__main__":
+    main()
