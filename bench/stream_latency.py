@@ -8,10 +8,12 @@ The rooms are built with sox in --work (default /tmp/nwhisper-stream-bench) from
 eight answers of one speaker (cards/*.wav, forever.wav) with 2-3 s between them, 2 s of room
 before the first;
   quiet   the answers over -70 dBFS white noise;
-  tv      a second voice (librivox and espeak readers, end to end) 12 dB below the speaker's
-          level all the way through, before the first answer too;
-  music   plucked chords, four a second, 10 dB below the speaker.
-Each is streamed at real-time pace (nwhisper.server.client, 40 ms pcm16 frames, pause_ms
+  tv      a second voice (librivox and espeak readers, end to end, each at one level) 12 dB
+          below the speaker's level all the way through, before the first answer too;
+  music   plucked chords, four a second (each normalised), 10 dB below the speaker.
+Levels are the endpointer's own measure of a speaker (the 90th percentile of 32 ms chunk
+levels), so "12 dB below" is 12 dB below in the terms near_db is set in. Each room is streamed
+at real-time pace (nwhisper.server.client, 40 ms pcm16 frames, pause_ms
 --pause) to `nwhisper serve MODEL --compute-type C`. The truth is the construction: where each
 answer's voice begins and ends (its 10 ms frames 15 dB over the clip's floor).
 
@@ -77,11 +79,12 @@ def extent(x):
     return act[0] / 100, (act[-1] + 1) / 100
 
 
-def active_rms(x):
-    n = SR // 100
-    frames = (x[:len(x) // n * n].reshape(-1, n) ** 2).mean(1)
-    loud = frames[frames > frames.max() * 10 ** (-3.5)]
-    return float(np.sqrt(loud.mean()))
+def level_db(x):
+    """A voice's level as the endpointer measures a speaker's: the 90th percentile of its 32 ms
+    chunks' RMS in dBFS, over the chunks within 35 dB of the loudest."""
+    n = 512
+    db = 10 * np.log10((x[:len(x) // n * n].reshape(-1, n) ** 2).mean(1) + 1e-12)
+    return float(np.percentile(db[db > db.max() - 35], 90))
 
 
 def sox(*args):
@@ -104,9 +107,9 @@ def build(work):
     speaker = np.concatenate(parts)
     seconds = len(speaker) / SR
     sf.write(os.path.join(work, "speaker.wav"), speaker, SR, subtype="PCM_16")
-    level = active_rms(np.concatenate([read(r) for r in set(ANSWERS)]))
+    level = level_db(np.concatenate([read(r) for r in sorted(set(ANSWERS))]))
 
-    other = np.concatenate([read(r) for r in OTHER])
+    other = np.concatenate([read(r) * 10 ** ((-30 - level_db(read(r))) / 20) for r in OTHER])   # one level
     other = np.tile(other, int(np.ceil(len(speaker) / len(other))))[:len(speaker)]
     sf.write(os.path.join(work, "other.wav"), other, SR, subtype="PCM_16")
     sox("-n", "-r", SR, "-c", 1, "-b", 16, os.path.join(work, "hiss.wav"), "synth", seconds, "whitenoise", "vol", 0.0003)
@@ -116,7 +119,7 @@ def build(work):
         f = os.path.join(work, f"beat{k % 16}.wav")
         if not os.path.exists(f):
             sox("-n", "-r", SR, "-c", 1, "-b", 16, f, "synth", 0.25,
-                *[w for note in chords[(k // 4) % 4] for w in ("pluck", note)], "vol", 0.3)
+                *[w for note in chords[(k // 4) % 4] for w in ("pluck", note)], "norm", -6)
         beats.append(f)
     sox(*beats, os.path.join(work, "music-raw.wav"))
     music, _ = sf.read(os.path.join(work, "music-raw.wav"), dtype="float32")
@@ -127,7 +130,7 @@ def build(work):
             m = np.resize(music, len(speaker))
             sf.write(os.path.join(work, "music.wav"), m, SR, subtype="PCM_16")
             noise = "music.wav"
-        gain = 1.0 if below is None else level * 10 ** (-below / 20) / active_rms(read_abs(work, noise))
+        gain = 1.0 if below is None else 10 ** ((level - below - level_db(read_abs(work, noise))) / 20)
         sox("-m", "-v", 1, os.path.join(work, "speaker.wav"), "-v", round(gain, 5), os.path.join(work, noise), out)
         rooms[name] = out
     return rooms, truth, seconds

@@ -163,6 +163,43 @@ def test_a_voice_15db_below_opens_nothing_and_holds_nothing_open():
         assert e.at - e.speech_t1 <= 1.0 + 0.05 and e.speech_t1 < t1 + 0.3
 
 
+def tv_first_scene():
+    """A television (another reader, 12 dB below the speaker) talking from 0.2 s, before the
+    speaker's first word at 3.0 s and on through it, then the speaker's other clips alone."""
+    s = speaker_scene(start=3.0)
+    other = np.concatenate([load(c) for c in OTHER])[:int(4.0 * SR)]
+    s.x[int(0.2 * SR):int(0.2 * SR) + len(other)] += other * 10 ** ((SPEAKER_DB - 12 - active_db(other)) / 20)
+    s.noise(-65)
+    return s
+
+
+def test_a_television_before_the_speakers_first_word_is_dropped():
+    """Before any speaker level is known the television opens an utterance; the speaker's
+    voice, 6+ dB louder, drops it (Drop, no End) and opens the first answer on its own: no
+    utterance ends on the television, and the first one starts on the speaker's word. (Fails
+    before the Drop rule: the first End ran from the television's 0.2 s through the answer.)"""
+    s = tv_first_scene()
+    events = run(s.audio())
+    drops = [e for e in events if e.kind == "drop"]
+    assert len(drops) == 1 and drops[0].at < s.truth[0][0] + 0.5
+    got = ends(events)
+    assert got[0].speech_t0 >= s.truth[0][0] - TOL_S, (got[0], s.truth[0])
+    # the television still talks after the first answer: its end may run on a little
+    assert abs(got[0].speech_t1 - s.truth[0][1]) <= 0.3, (got[0], s.truth[0])
+    assert_boundaries(got[1:], s.truth[1:])
+
+
+def test_a_louder_voice_after_a_close_only_raises_the_level():
+    """Once an utterance has closed, the level is the speaker's: a louder run of theirs raises it
+    and drops nothing."""
+    ep = Endpointer(EndpointerOptions(pause_ms=320))
+    evs = []
+    for p, db in [(0.01, -70.0)] * 20 + [(0.9, -30.0)] * 30 + [(0.01, -70.0)] * 20 + [(0.9, -18.0)] * 30:
+        evs += ep.step(p, db)
+    assert [e.kind for e in evs if e.kind in ("start", "end", "drop")] == ["start", "end", "start"]
+    assert ep.speech_db > -20
+
+
 def test_without_the_gate_the_other_voice_holds_utterances_open():
     """The contrast: --legacy (no gate, no room) merges the speaker with the other voice."""
     s = second_voice_scene()

@@ -55,6 +55,8 @@ def vad(audio, partials, pause, legacy, energy, near_db, threshold, max_utt_ms, 
                        f"{'-' if e.speech_db is None else f'{e.speech_db:.1f}'} dB  snr {snr}  "
                        f"p_noise {e.p_noise:.2f}  threshold {e.threshold:.2f}  pause "
                        f"{e.pause_ms} ms")
+        elif e.kind == "drop":
+            click.echo(f"      drop  utterance {e.seg} at {_t(e.at)}: a nearer voice came; it was someone else's")
         elif e.kind == "end":
             click.echo(f"[{_t(e.t0)} --> {_t(e.t1)}]  speech {_t(e.speech_t0)} --> "
                        f"{_t(e.speech_t1)}  closed {_t(e.at)} ({e.reason})")

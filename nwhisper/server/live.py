@@ -42,7 +42,7 @@ import numpy as np
 from tornado import ioloop
 
 from ..io.audio import SAMPLE_RATE, StreamResampler
-from ..vad.endpointer import CHUNK_MS
+from ..vad.endpointer import CHUNK_MS, End
 from ..vad.stream import VadStream, detector
 from .inference import DRAFT, FINAL, Abandoned
 
@@ -240,6 +240,21 @@ class LiveStream:
             u.spec_stale = True
             self.host.abandon(u.spec)
 
+    def _on_drop(self, e):
+        """The open utterance was someone else's: nothing it started is used; if it had drafts,
+        an empty final closes it (every utterance with drafts ends in a final)."""
+        u = self._utt.pop(e.seg, None)
+        if u is None:
+            return
+        if u.spec is not None:
+            self.host.abandon(u.spec)
+        if self._draft_want is not None and self._draft_want[0] == e.seg:
+            self._draft_want = None
+        if u.drafted:
+            closed = End(e.seg, e.at, e.at, e.at, e.at, "drop", e.at)
+            self._last_final = asyncio.ensure_future(
+                self._deliver(closed, u, None, self._last_final, time.perf_counter()))
+
     def _on_partial(self, e):
         if e.seg not in self._utt:
             return
@@ -263,11 +278,13 @@ class LiveStream:
 
     async def _deliver(self, e, u, job, previous, closed_at):
         """Send utterance e's final once its job is done, after the previous final."""
-        text = error = None
+        text = "" if job is None else None       # None: an utterance dropped with drafts
+        error = None
         try:
-            text, seconds = await job.future
-            h = self.host
-            h.utterance_s = seconds if h.utterance_s is None else 0.8 * h.utterance_s + 0.2 * seconds
+            if job is not None:
+                text, seconds = await job.future
+                h = self.host
+                h.utterance_s = seconds if h.utterance_s is None else 0.8 * h.utterance_s + 0.2 * seconds
         except Abandoned:
             pass
         except Exception as exc:        # a bug or the device: say so; the stream goes on

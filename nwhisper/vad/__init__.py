@@ -7,8 +7,8 @@
     stream.py      a detector + an endpointer over a live stream: samples in, events out
 """
 
-from nwhisper.vad.endpointer import End, Endpointer, EndpointerOptions, Level, Partial, Start
+from nwhisper.vad.endpointer import Drop, End, Endpointer, EndpointerOptions, Level, Partial, Start, Stop
 from nwhisper.vad.stream import VadStream, message, run
 
-__all__ = ["End", "Endpointer", "EndpointerOptions", "Level", "Partial", "Start", "VadStream",
+__all__ = ["Drop", "End", "Endpointer", "EndpointerOptions", "Level", "Partial", "Start", "Stop", "VadStream",
            "message", "run"]

@@ -8,7 +8,8 @@ detector to it).
     ep = Endpointer(EndpointerOptions(partials=True))
     for p, db in per_chunk:
         for event in ep.step(p, db):
-            ...                      # Start / Partial / End / Level, times on the stream's clock
+            ...                      # Start / Partial / End / Level (with stops=True: Stop; and
+                                     # Drop), times on the stream's clock
     events = ep.flush()              # the stream ended: close what is open
     ep.end()                         # client command: the utterance is over now
     ep.reset()                       # client command: forget the open utterance
@@ -18,9 +19,12 @@ What it measures as it goes (SPEC.md §4):
 - the speaker's level: 90th percentile of the last 20 s of chunks that were the speaker's voice;
 - how readily the detector fires on this room's noise: the 90th percentile of p over the last
   10 s of chunks within 3 dB of the floor; the opening threshold is raised above it;
-- the near-field gate: a run of voice whose loudest chunk is more than `near_db` below the
-  speaker's level is someone else's voice (a television, a sibling) and neither opens an
+- the near-field gate: a run of voice fewer than 3 of whose last 8 chunks come within `near_db`
+  of the speaker's level is someone else's voice (a television, a sibling) and neither opens an
   utterance nor keeps one open;
+- a nearer voice: 3 chunks of a run 6 dB above the speaker's level become the speaker's level;
+  before any utterance has closed, the open one (opened on the quieter voice, the only level
+  known then) is dropped (Drop: no End follows);
 - the closing pause, learned from the speaker's own gaps: 1.3 x their 90th percentile + 150 ms,
   within min_pause_ms..max_pause_ms, starting at start_pause_ms; a close followed quickly by more
   speech counts as a gap, so a speaker who keeps being cut mid-sentence stops being cut;
@@ -56,6 +60,10 @@ MIN_VOICE_CHUNKS = 5          # the speaker's level is trusted after this many v
 ONSET_CHUNKS = 8              # a voice's start reaches back over the sound that led up to it
                               # (within QUIET_DB of the voice), at most 256 ms: Silero is late
 GATE_BREAK = 2                # a run of voice ends after this many chunks without it (64 ms)
+NEAR_WINDOW = 8               # the near-field gate looks at a run's last 8 chunks (256 ms) ...
+NEAR_CHUNKS = 3               # ... of which this many must be within near_db of the speaker
+LOUDER_DB = 6.0               # NEAR_CHUNKS of them this far above the speaker's level are a nearer
+                              # voice, whose level is the speaker's from then on
 
 
 @dataclass(frozen=True)
@@ -127,6 +135,15 @@ class Partial:
 
 
 @dataclass(frozen=True)
+class Drop:
+    """Utterance `seg` was someone else's (a louder voice, the speaker's, came): no End follows."""
+
+    seg: int
+    at: float
+    kind: str = field(default="drop", init=False)
+
+
+@dataclass(frozen=True)
 class Stop:
     """The voice of utterance `seg` stopped tail_ms ago: t0..t1 (and speech_t0..speech_t1) are
     what End will say if the pause now closes with no more voice. A live stream starts
@@ -187,7 +204,7 @@ class Endpointer:
         self.noise = deque(maxlen=NOISE_WINDOW_MS // CHUNK_MS)
         self.noise_p = deque(maxlen=NOISE_WINDOW_MS // CHUNK_MS)
         self.voice = deque(maxlen=VOICE_WINDOW_MS // CHUNK_MS)
-        self.run_peak = -200.0                       # loudest chunk of the current voice run
+        self.run = deque(maxlen=NEAR_WINDOW)         # levels of the current voice run's last chunks
         self.run_break = 0
         self.history = deque(maxlen=ONSET_CHUNKS + 8)
         self.gaps = deque(maxlen=GAPS_KEPT)          # the speaker's gaps, ms
@@ -198,6 +215,7 @@ class Endpointer:
         self.tail_ms = self.o.tail_ms    # audio after the voice an utterance includes; a stream
                                          # lowers it when its answer would otherwise be late
         self.last_end = None                         # (closed at, speech end, t1) of the last close
+        self.closes = 0                              # utterances closed so far
         self._forget()
 
     # -- the per-chunk step -------------------------------------------------------------------
@@ -215,17 +233,23 @@ class Endpointer:
             self.speech_db is None or level_db >= self.speech_db - QUIET_DB))
         cut = threshold - HYSTERESIS if self.open else threshold
         candidate = p >= cut and loud
-        # the near-field gate judges a run of voice by its loudest chunk, so that the quiet ends
-        # of the speaker's own words pass while a quieter voice after a pause does not
+        # the near-field gate: NEAR_CHUNKS of a voice run's last NEAR_WINDOW chunks within near_db
+        # of the speaker's level (while the run is younger than that, this chunk alone), so that
+        # the quiet ends of the speaker's words pass, and a quieter voice's louder syllables do not
         if candidate:
-            self.run_peak = max(self.run_peak, level_db)
+            self.run.append(level_db)
             self.run_break = 0
         else:
             self.run_break += 1
             if self.run_break >= GATE_BREAK:
-                self.run_peak = -200.0
-        near = (o.near_db <= 0 or self.speech_db is None
-                or self.run_peak >= self.speech_db - o.near_db)
+                self.run.clear()
+        if candidate and o.near_db > 0 and self.speech_db is not None:
+            events += self._louder_voice()
+        near = o.near_db <= 0 or self.speech_db is None
+        if not near:
+            gate = self.speech_db - o.near_db
+            near = (sum(v >= gate for v in self.run) >= NEAR_CHUNKS
+                    or (level_db >= gate and len(self.run) < NEAR_WINDOW))
         voiced = candidate and near
 
         # the room: non-speech chunks feed the floor, chunks near the floor tell how the
@@ -331,6 +355,23 @@ class Endpointer:
             learned = GAP_FACTOR * float(np.percentile(self.gaps, GAP_PCT)) + GAP_PAD_MS
             self.pause_ms = int(min(self.o.max_pause_ms, max(self.o.min_pause_ms, learned)))
 
+    def _louder_voice(self):
+        """NEAR_CHUNKS chunks of a run LOUDER_DB above the speaker's level: the level is learnt
+        anew from this voice. Before any utterance has closed, the level came from the open
+        utterance alone, so that utterance was someone else's (a television talking before the
+        speaker's first word): it is dropped (Drop), and the speaker's words open their own."""
+        louder = [v for v in self.run if v >= self.speech_db + LOUDER_DB]
+        if len(louder) < NEAR_CHUNKS:
+            return []
+        self.voice.clear()
+        self.voice.extend(louder)
+        self.speech_db = float(np.percentile(self.voice, VOICE_PCT))
+        if not self.open or self.closes:       # the level was the speaker's: they got louder
+            return []
+        seg = self.seg
+        self._forget()
+        return [Drop(seg, _s(self.n))]
+
     # -- opening and closing ------------------------------------------------------------------
 
     def _forget(self):
@@ -373,6 +414,7 @@ class Endpointer:
         event = End(self.seg, _s(self.t0), _s(t1), _s(self.speech_start), _s(speech_end),
                     reason, _s(at))
         self.last_end = (at, speech_end, t1)
+        self.closes += 1
         self._forget()
         return event
 
