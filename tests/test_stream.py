@@ -23,7 +23,7 @@ import urllib.request
 import numpy as np
 import pytest
 from fixture_audio import audio
-from test_server import JFK, Server
+from test_server import Server
 
 import nwhisper
 from nwhisper.io.audio import resample
@@ -380,3 +380,33 @@ def test_an_open_stream_keeps_the_model_and_a_disconnect_leaves_nothing(servers)
         time.sleep(0.2)
     assert h["streams"]["open"] == 0 and not h["busy"] and h["queued"] == 0, h
     assert h["status"] == "idle" and h["unloads"] >= 1, h     # nothing kept it loaded after
+
+
+def test_cli_streams_a_file_and_prints_the_finals(main, tmp_path):
+    import subprocess
+    import sys
+
+    wav = tmp_path / "answer.wav"
+    import soundfile as sf
+    x, _ = scene(ANSWERS[:1], lead=0.5, tail=1.0)
+    sf.write(wav, x, SR, subtype="PCM_16")
+    run_ = subprocess.run([sys.executable, "-m", "nwhisper", "stream", ws(main, token=None), str(wav),
+                           "--pace", "0", "--pause", "300", "--token", TOKEN],
+                          capture_output=True, text=True, timeout=120)
+    assert run_.returncode == 0, run_.stderr
+    assert "10 of" in run_.stdout and "ms after the pause" in run_.stdout, run_.stdout
+    bad = subprocess.run([sys.executable, "-m", "nwhisper", "stream", ws(main, token=None), str(wav)],
+                         capture_output=True, text=True, timeout=120, env={**os.environ, "NWHISPER_TOKEN": ""})
+    assert bad.returncode == 2 and "401" in bad.stderr and "missing token" in bad.stderr, bad.stderr
+
+
+def test_wss_under_tls(tmp_path):
+    """--tls: the same stream over wss:// (the minted certificate, not verified by this client)."""
+    server = Server(str(tmp_path), "tls", "tiny.en", "--tls", "--tls-dir", str(tmp_path / "tls")).wait()
+    try:
+        assert server.url.startswith("https://")
+        x, _ = scene(ANSWERS[:1], lead=0.5, tail=1.0)
+        r = run(stream(server.url.replace("https", "wss", 1) + "/stream", x, pace=0, linger=20))
+    finally:
+        server.stop()
+    assert "10 of" in words(r.finals), r.messages

@@ -217,9 +217,9 @@ def encode(args, output, device):
 
 def _register():
     """Commands that live in their own modules (each defines `command`)."""
-    from . import serve, vad
+    from . import serve, stream, vad
 
-    for mod in (serve, vad):
+    for mod in (serve, stream, vad):
         cli.add_command(mod.command)
 
 

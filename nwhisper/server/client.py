@@ -61,8 +61,9 @@ def encode(samples, fmt):
 
 
 async def stream(url, samples, rate=16000, fmt="pcm16", config=None, pace=1.0, frame_ms=40,
-                 token=None, end=True, linger=3.0, timeout=600.0):
-    """Stream `samples` (float32 at `rate`) to the server at `url`; see the module's docstring."""
+                 token=None, end=True, linger=3.0, timeout=600.0, on_message=None):
+    """Stream `samples` (float32 at `rate`) to the server at `url`; see the module's docstring.
+    on_message(Received), if given, sees each message as it arrives."""
     from tornado.httpclient import HTTPRequest
     from tornado.websocket import websocket_connect
 
@@ -94,6 +95,8 @@ async def stream(url, samples, rate=16000, fmt="pcm16", config=None, pace=1.0, f
                 return
             msg = json.loads(raw)
             result.messages.append(Received(round(time.monotonic() - t0, 4), msg))
+            if on_message is not None:
+                on_message(result.messages[-1])
             quiet_since[0] = time.monotonic()
             if msg.get("type") in ("start", "partial"):
                 started.add(msg["seg"])
