@@ -23,8 +23,9 @@ alone, starting no more than 0.3 s before its voice; `stray` = finals on no answ
 voice alone); `merged` = finals over two answers; `early` = finals that start > 0.3 s before
 their answer's voice (the other voice at its start); `missed` = answers with no final.
 
-The load run: eight streams of the quiet room looped to --load-s seconds, partials on, all at
-once, plus one HTTP client posting jfk.wav to /inference back to back, for --load-s seconds
+The load run (its own server, --connections 9): eight streams of the quiet room looped to
+--load-s seconds, partials on, all at once, plus one HTTP client posting jfk.wav to /inference
+back to back, for --load-s seconds
 (loopback; it stops by itself). It prints finals received against answers sent, latency
 percentiles across all streams, the server's queue waits by priority (/health queue_wait_ms:
 a final never waits behind a draft that came after it), and the server's RSS before and after.
@@ -253,11 +254,14 @@ def main():
                     print(f"{model:8} {compute:8} {room:6} {fmt_ms(lat)}  {c['right']:3}/{len(truth)} "
                           f"{c['stray']:5} {c['merged']:6} {c['early']:5} {c['missed']:6}"
                           + (f"  errors: {errors}" if errors else ""), flush=True)
-                if a.load_s > 0 and model == a.load_model and compute == a.load_compute:
-                    r = load_run(url, proc.pid, rooms["quiet"], truth, seconds, a.pause, a.load_s)
-                    load_done = r
             finally:
                 stop_server(proc)
+    if a.load_s > 0:       # eight stream slots and one for the HTTP client
+        proc, url = start_server(a.load_model, "--compute-type", a.load_compute, "--connections", "9")
+        try:
+            load_done = load_run(url, proc.pid, rooms["quiet"], truth, seconds, a.pause, a.load_s)
+        finally:
+            stop_server(proc)
     if load_done:
         r = load_done
         w = r["waits"]

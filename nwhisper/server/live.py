@@ -80,6 +80,12 @@ def stable_prefix(previous, current):
     return current[:i]
 
 
+def _seen(future):
+    """Mark a job's outcome as looked at (asyncio logs an exception nobody retrieved)."""
+    if not future.cancelled():
+        future.exception()
+
+
 def _text(segments):
     return "".join(s.text for s in segments)
 
@@ -228,6 +234,7 @@ class LiveStream:
         audio = self._span(e.t0, e.t1)
         u.spec_span, u.spec_voice_end, u.spec_stale = (e.t0, e.t1), e.speech_t1, False
         u.spec = self.host.submit(self._final_job(audio), FINAL)
+        u.spec.future.add_done_callback(_seen)      # a stale one is dropped with nobody waiting
 
     def _drop_stale_speculation(self):
         """The voice came back after a Stop: its speculative job is no longer the answer."""

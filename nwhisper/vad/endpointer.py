@@ -20,8 +20,8 @@ What it measures as it goes (SPEC.md §4):
 - how readily the detector fires on this room's noise: the 90th percentile of p over the last
   10 s of chunks within 3 dB of the floor; the opening threshold is raised above it;
 - the near-field gate: a run of voice fewer than 3 of whose last 8 chunks come within `near_db`
-  of the speaker's level is someone else's voice (a television, a sibling) and neither opens an
-  utterance nor keeps one open;
+  of the speaker's level (3 dB nearer to open an utterance than to keep one open) is someone
+  else's voice (a television, a sibling) and neither opens an utterance nor keeps one open;
 - a nearer voice: 3 chunks of a run 6 dB above the speaker's level become the speaker's level;
   before any utterance has closed, the open one (opened on the quieter voice, the only level
   known then) is dropped (Drop: no End follows);
@@ -62,6 +62,8 @@ ONSET_CHUNKS = 8              # a voice's start reaches back over the sound that
 GATE_BREAK = 2                # a run of voice ends after this many chunks without it (64 ms)
 NEAR_WINDOW = 8               # the near-field gate looks at a run's last 8 chunks (256 ms) ...
 NEAR_CHUNKS = 3               # ... of which this many must be within near_db of the speaker
+OPEN_MARGIN_DB = 3.0          # opening asks a voice 3 dB nearer than continuing does (hysteresis,
+                              # as the threshold's): a quieter voice's louder run opens nothing
 LOUDER_DB = 6.0               # NEAR_CHUNKS of them this far above the speaker's level are a nearer
                               # voice, whose level is the speaker's from then on
 
@@ -247,7 +249,7 @@ class Endpointer:
             events += self._louder_voice()
         near = o.near_db <= 0 or self.speech_db is None
         if not near:
-            gate = self.speech_db - o.near_db
+            gate = self.speech_db - o.near_db + (0.0 if self.open else OPEN_MARGIN_DB)
             near = (sum(v >= gate for v in self.run) >= NEAR_CHUNKS
                     or (level_db >= gate and len(self.run) < NEAR_WINDOW))
         voiced = candidate and near
