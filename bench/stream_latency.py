@@ -50,6 +50,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from server_load import EXPECT, ROOT, form, pct, rss_mb, start_server, stop_server  # noqa: E402
 
 sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.join(ROOT, "tests"))
+from fixture_audio import extent  # noqa: E402  (where a clip's voice is: the scenes' truth)
 from nwhisper.server.client import stream  # noqa: E402
 
 SR = 16000
@@ -69,15 +71,6 @@ def read(rel):
     x, sr = sf.read(os.path.join(FIX, rel), dtype="float32", always_2d=True)
     assert sr == SR, rel
     return x.mean(axis=1)
-
-
-def extent(x):
-    """(start, end) s of the voice in a clean clip: 10 ms frames 15 dB over its floor."""
-    n = SR // 100
-    db = 10 * np.log10((x[:len(x) // n * n].reshape(-1, n) ** 2).mean(1) + 1e-10)
-    cut = min(max(np.percentile(db, 10) + 15, db.max() - 35), db.max() - 6)
-    act = np.flatnonzero(db > cut)
-    return act[0] / 100, (act[-1] + 1) / 100
 
 
 def level_db(x):

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 import os
 import shutil
@@ -80,46 +81,66 @@ def _devtools_port(profile, proc, timeout=30):
     raise TimeoutError("chromium did not open its DevTools port")
 
 
-async def _drive(port, screenshot):
-    from tornado.websocket import websocket_connect
-
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    with opener.open(f"http://127.0.0.1:{port}/json/list", timeout=10) as r:
-        pages = [t for t in json.load(r) if t["type"] == "page"]
-    ws = await websocket_connect(pages[0]["webSocketDebuggerUrl"], max_message_size=64 << 20)
-    cdp = DevTools(ws)
-    try:
-        await cdp.until("document.readyState === 'complete' && "
-                        "document.getElementById('model').textContent.includes('tiny.en')", 30)
-        root = (await cdp("DOM.getDocument"))["root"]["nodeId"]
-        node = (await cdp("DOM.querySelector", nodeId=root, selector="#file"))["nodeId"]
-        await cdp("DOM.setFileInputFiles", files=[JFK], nodeId=node)
-        await cdp.until("document.getElementById('transcript').dataset.done === '1'", 120)
-        text = await cdp.js("document.getElementById('transcript').textContent")
-        status = await cdp.js("document.getElementById('status').textContent")
-        await cdp.until("document.getElementById('model').textContent.includes('1 requests')", 10)
-        shot = await cdp("Page.captureScreenshot", format="png")
-        with open(screenshot, "wb") as f:
-            f.write(base64.b64decode(shot["data"]))
-        return text, status
-    finally:
-        ws.close()
-
-
-def test_page_uploads_a_clip_and_shows_its_transcript(tmp_path):
-    server = Server(str(tmp_path), "page", "tiny.en").wait()
+@contextlib.contextmanager
+def page(tmp_path, url, *flags):
+    """Headless Chromium on `url`: yields a coroutine function run(steps) that gives
+    steps(cdp) a DevTools client on the page once it shows the model, and closes it after."""
     profile = tmp_path / "chromium-profile"
-    browser = subprocess.Popen([CHROMIUM, *FLAGS, f"--user-data-dir={profile}", server.url + "/"],
+    browser = subprocess.Popen([CHROMIUM, *FLAGS, *flags, f"--user-data-dir={profile}", url],
                                stdout=subprocess.DEVNULL, stderr=open(tmp_path / "chromium.log", "w"))
-    try:
+
+    async def run(steps):
+        from tornado.websocket import websocket_connect
+
         port = _devtools_port(str(profile), browser)
-        text, status = asyncio.run(_drive(port, str(tmp_path / "page.png")))
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        with opener.open(f"http://127.0.0.1:{port}/json/list", timeout=10) as r:
+            pages = [t for t in json.load(r) if t["type"] == "page"]
+        ws = await websocket_connect(pages[0]["webSocketDebuggerUrl"], max_message_size=64 << 20)
+        cdp = DevTools(ws)
+        try:
+            await cdp.until("document.readyState === 'complete' && "
+                            "document.getElementById('model').textContent.includes('tiny.en')", 30)
+            return await steps(cdp)
+        finally:
+            ws.close()
+
+    try:
+        yield run
     finally:
         browser.terminate()
         try:
             browser.wait(10)
         except subprocess.TimeoutExpired:
             browser.kill()
+
+
+async def screenshot(cdp, path):
+    shot = await cdp("Page.captureScreenshot", format="png")
+    with open(path, "wb") as f:
+        f.write(base64.b64decode(shot["data"]))
+
+
+def text_of(element_id):
+    return f"document.getElementById('{element_id}').textContent"
+
+
+def test_page_uploads_a_clip_and_shows_its_transcript(tmp_path):
+    async def steps(cdp):
+        root = (await cdp("DOM.getDocument"))["root"]["nodeId"]
+        node = (await cdp("DOM.querySelector", nodeId=root, selector="#file"))["nodeId"]
+        await cdp("DOM.setFileInputFiles", files=[JFK], nodeId=node)
+        await cdp.until("document.getElementById('transcript').dataset.done === '1'", 120)
+        text, status = await cdp.js(text_of("transcript")), await cdp.js(text_of("status"))
+        await cdp.until(text_of("model") + ".includes('1 requests')", 10)
+        await screenshot(cdp, tmp_path / "page.png")
+        return text, status
+
+    server = Server(str(tmp_path), "page", "tiny.en").wait()
+    try:
+        with page(tmp_path, server.url + "/") as run:
+            text, status = asyncio.run(run(steps))
+    finally:
         server.stop()
     assert JFK_WORDS in text, (text, status)
     assert status.startswith("jfk.wav: ") and status.endswith(" ms")
@@ -129,31 +150,6 @@ def test_page_uploads_a_clip_and_shows_its_transcript(tmp_path):
 
 MIC_FLAGS = ["--use-fake-ui-for-media-stream", "--use-fake-device-for-media-stream",
              "--autoplay-policy=no-user-gesture-required"]
-
-
-async def _drive_mic(port, screenshot):
-    from tornado.websocket import websocket_connect
-
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    with opener.open(f"http://127.0.0.1:{port}/json/list", timeout=10) as r:
-        pages = [t for t in json.load(r) if t["type"] == "page"]
-    ws = await websocket_connect(pages[0]["webSocketDebuggerUrl"], max_message_size=64 << 20)
-    cdp = DevTools(ws)
-    try:
-        await cdp.until("document.readyState === 'complete' && "
-                        "document.getElementById('model').textContent.includes('tiny.en')", 30)
-        await cdp.js("document.getElementById('mic').click()")
-        await cdp.until("document.getElementById('utterances').textContent.includes('country')", 120)
-        await cdp.until("document.getElementById('room').textContent.includes('pause')", 10)
-        said = await cdp.js("document.getElementById('utterances').textContent")
-        room = await cdp.js("document.getElementById('room').textContent")
-        status = await cdp.js("document.getElementById('status').textContent")
-        shot = await cdp("Page.captureScreenshot", format="png")
-        with open(screenshot, "wb") as f:
-            f.write(base64.b64decode(shot["data"]))
-        return said, room, status
-    finally:
-        ws.close()
 
 
 def test_page_microphone_streams_and_shows_the_sentence(tmp_path):
@@ -166,20 +162,20 @@ def test_page_microphone_streams_and_shows_the_sentence(tmp_path):
     mic = np.concatenate([np.zeros(16000, np.float32), x, np.zeros(3 * 16000, np.float32)])
     wav = tmp_path / "mic.wav"
     sf.write(wav, resample(mic, 16000, 48000), 48000, subtype="PCM_16")
+
+    async def steps(cdp):
+        await cdp.js("document.getElementById('mic').click()")
+        await cdp.until(text_of("utterances") + ".includes('country')", 120)
+        await cdp.until(text_of("room") + ".includes('pause')", 10)
+        said, room, status = [await cdp.js(text_of(e)) for e in ("utterances", "room", "status")]
+        await screenshot(cdp, tmp_path / "mic.png")
+        return said, room, status
+
     server = Server(str(tmp_path), "mic", "tiny.en").wait()
-    profile = tmp_path / "chromium-profile"
-    browser = subprocess.Popen([CHROMIUM, *FLAGS, *MIC_FLAGS, f"--use-file-for-fake-audio-capture={wav}",
-                                f"--user-data-dir={profile}", server.url + "/"],
-                               stdout=subprocess.DEVNULL, stderr=open(tmp_path / "chromium.log", "w"))
     try:
-        port = _devtools_port(str(profile), browser)
-        said, room, status = asyncio.run(_drive_mic(port, str(tmp_path / "mic.png")))
+        with page(tmp_path, server.url + "/", *MIC_FLAGS, f"--use-file-for-fake-audio-capture={wav}") as run:
+            said, room, status = asyncio.run(run(steps))
     finally:
-        browser.terminate()
-        try:
-            browser.wait(10)
-        except subprocess.TimeoutExpired:
-            browser.kill()
         server.stop()
     assert "what your country can do for you" in said.lower().replace(",", ""), (said, status)
     assert status.startswith("listening: silero VAD") and status.endswith("00 Hz"), status  # the

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 from click.testing import CliRunner
+from fixture_audio import extent
 
 from nwhisper.cli.vad import command as vad_command
 from nwhisper.vad import End, Endpointer, EndpointerOptions, Level, Partial, Start, run
@@ -36,15 +37,6 @@ def load(rel):
     x, sr = sf.read(os.path.join(ROOT, "fixtures", rel), dtype="float32", always_2d=True)
     assert sr == SR
     return x.mean(axis=1)
-
-
-def extent(x):
-    """(start, end) in seconds of the voice in a clean clip: frames 15 dB over its floor."""
-    n = SR // 100
-    db = 10 * np.log10((x[:len(x) // n * n].reshape(-1, n) ** 2).mean(1) + 1e-10)
-    cut = min(max(np.percentile(db, 10) + 15, db.max() - 35), db.max() - 6)
-    act = np.flatnonzero(db > cut)
-    return act[0] / 100, (act[-1] + 1) / 100
 
 
 def active_db(x):
