@@ -67,7 +67,7 @@ class WhisperModel:
                    patience=1.0, temperature=0.0, compression_ratio_threshold=2.4,
                    logprob_threshold=-1.0, no_speech_threshold=0.6, word_timestamps=False,
                    hallucination_silence_threshold=None, vad=False, initial_prompt=None, audio_ctx=None,
-                   progress=None):
+                   progress=None, on_segments=None):
         """audio: a path, bytes, or 16 kHz mono float32 samples → ([Segment], TranscriptionInfo).
 
         language: a code (any case; an unknown one is named in the error), None to detect it on a
@@ -82,7 +82,9 @@ class WhisperModel:
         "silero" (Silero VAD with faster-whisper's vad_filter options: threshold 0.5,
         min_silence 2000 ms, speech_pad 400 ms), "energy" (the energy detector), a detector
         (chunk → p(speech), with reset()), or a function (samples, sr) → [(start, end)] in
-        samples. progress(done_s, total_s): called after every long-form window."""
+        samples. progress(done_s, total_s): called after every long-form window. on_segments(new):
+        called with each window's new segments as they are decoded (with vad, on the joined
+        speech's clock; the returned segments are on the recording's)."""
         if task not in ("transcribe", "translate"):
             raise ValueError(f"task must be 'transcribe' or 'translate', not {task!r}")
         if task == "translate" and not self.dims.is_multilingual:
@@ -111,8 +113,9 @@ class WhisperModel:
             initial_prompt=initial_prompt, audio_ctx=audio_ctx)
         samples = _samples(audio)
         if vad is not None and vad is not False:
-            return transcribe_speech(self._transcriber, samples, opts, "silero" if vad is True else vad, progress)
-        return self._transcriber.transcribe(samples, opts, progress=progress)
+            return transcribe_speech(self._transcriber, samples, opts, "silero" if vad is True else vad,
+                                     progress, on_segments)
+        return self._transcriber.transcribe(samples, opts, progress=progress, on_segments=on_segments)
 
 
 def normalize_language(code):

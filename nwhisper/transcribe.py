@@ -132,9 +132,11 @@ class Transcriber:
         probs, best = detect_language(self.model, self.tok, enc)
         return best, probs[best], probs
 
-    def transcribe(self, audio, options: TranscribeOptions | None = None, progress=None, **kw):
+    def transcribe(self, audio, options: TranscribeOptions | None = None, progress=None,
+                   on_segments=None, **kw):
         """audio: 16 kHz float32 samples. options (or the same names as keywords).
-        progress(done_s, total_s) is called after every long-form window."""
+        progress(done_s, total_s) is called after every long-form window; on_segments(new) with
+        each window's new segments as they are decoded (their times on this audio's clock)."""
         opts = options or TranscribeOptions()
         if kw:
             if "temperature" in kw and not isinstance(kw["temperature"], (tuple, list)):
@@ -151,10 +153,10 @@ class Transcriber:
             if len(audio) > opts.audio_ctx * INPUT_STRIDE * M.HOP_LENGTH or opts.hallucination_silence_threshold is not None:
                 raise ValueError(f"audio_ctx {opts.audio_ctx} holds {opts.audio_ctx * TIME_PER_TOKEN:g} s: "
                                  f"too short for {duration:.2f} s of audio (a shorter context is for one short window)")
-            return self._short_form(audio, duration, opts)
+            return self._short_form(audio, duration, opts, on_segments)
         if len(audio) <= M.N_SAMPLES and opts.hallucination_silence_threshold is None:
-            return self._short_form(audio, duration, opts)
-        return self._long_form(audio, duration, opts, progress)
+            return self._short_form(audio, duration, opts, on_segments)
+        return self._long_form(audio, duration, opts, progress, on_segments)
 
     # ------------------------------------------------------------------ one window, with fallback
     def _decode(self, enc, opts, lang, timestamps, prompt=()):
@@ -212,7 +214,7 @@ class Transcriber:
         return self._regions_val
 
     # ------------------------------------------------------------------ the two conventions
-    def _short_form(self, audio, duration, opts):
+    def _short_form(self, audio, duration, opts, on_segments=None):
         n_frames = INPUT_STRIDE * opts.audio_ctx if opts.audio_ctx else self.n_frames
         mel = M.log_mel(audio, self.model.dims.n_mels, n_frames)
         enc = self.model.encode(mel)
@@ -231,9 +233,12 @@ class Transcriber:
             from .timing import add_word_timestamps
             n_content = min(n_frames, len(audio) // M.HOP_LENGTH)
             add_word_timestamps(self, segments, enc, lang, opts, n_content, 0.0, 0.0)
-        return _numbered(segments), info
+        segments = _numbered(segments)
+        if on_segments and segments:
+            on_segments(segments)
+        return segments, info
 
-    def _long_form(self, audio, duration, opts, progress=None):
+    def _long_form(self, audio, duration, opts, progress=None, on_segments=None):
         content = len(audio) // M.HOP_LENGTH
         # Only the content frames: the last window is zero-padded in the normalised log-mel
         # domain (_pad_window), as both peers cut it — not filled with the log-mel of the
@@ -285,6 +290,8 @@ class Transcriber:
             for s in new:                                                  # and condition nothing
                 history.extend(s.tokens)
             segments.extend(new)
+            if on_segments and new:
+                on_segments(new)
             if not opts.condition_on_previous_text or res.temperature > 0.5:
                 prompt_reset = len(history)
         if info is None:
@@ -453,7 +460,7 @@ class _Clock:
         return round(float(self.orig[k] + min(t - self.joined[k], self.lengths[k])), 3)
 
 
-def transcribe_speech(tr, samples, opts, vad="silero", progress=None):
+def transcribe_speech(tr, samples, opts, vad="silero", progress=None, on_segments=None):
     """Transcribe only the speech regions of `samples`, joined end to end (as faster-whisper's
     vad_filter does); segment and word times mapped back to the recording's clock. Speech that
     straddles a 30 s window boundary stays whole: windows advance by the last complete
@@ -477,7 +484,7 @@ def transcribe_speech(tr, samples, opts, vad="silero", progress=None):
         return segs, info
     joined = np.concatenate([samples[a:b] for a, b in found])
     clock = _Clock(found, sr, opts_vad.speech_pad_ms / 1000)
-    segs, info = tr.transcribe(joined, opts, progress=progress)
+    segs, info = tr.transcribe(joined, opts, progress=progress, on_segments=on_segments)
     for s in segs:
         s.start, s.end = clock.span(s.start, s.end)
         for w in s.words or []:

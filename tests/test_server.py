@@ -15,6 +15,7 @@ itself: `--addr 127.0.0.1:0`, its URL read from its first line):
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import signal
@@ -344,10 +345,42 @@ def test_openai_client_errors(main):
     with OpenAI(base_url=main + "/v1", api_key="unused", max_retries=0) as client:
         with open(JFK, "rb") as f, pytest.raises(openai.BadRequestError) as e:
             client.audio.translations.create(model="whisper-1", file=f)     # tiny.en: no
-        assert "English-only" in e.value.response.json()["error"]
+        # OpenAI's error object, so the client's message is ours (not a bare "Error code: 400")
+        assert "English-only" in e.value.message and e.value.param == "model"
+        assert e.value.type == "invalid_request_error"
         with pytest.raises(openai.BadRequestError) as e:
             client.audio.transcriptions.create(model="whisper-1", file=("x.wav", b"RIFF...."))
-        assert "cannot decode audio" in e.value.response.json()["error"]
+        assert "cannot decode audio" in e.value.message and e.value.param == "file"
+        with open(JFK, "rb") as f, pytest.raises(openai.BadRequestError) as e:
+            client.audio.transcriptions.create(model="whisper-1", file=f, response_format="mp3")
+        assert e.value.param == "response_format" and "is not one of" in e.value.message
+        with open(JFK, "rb") as f, pytest.raises(openai.BadRequestError) as e:
+            client.audio.transcriptions.create(model="whisper-1", file=f, stream=True,
+                                               response_format="srt")
+        assert e.value.param == "stream"
+    status, _, body = http(main + "/inference", body=b"", method="POST")   # whisper.cpp's own shape
+    assert status == 400 and isinstance(json.loads(body)["error"], str)
+
+
+def test_openai_client_streams_the_text_as_it_is_decoded(main):
+    """stream=True on a 63 s recording (three windows): the deltas come window by window, their
+    concatenation is the done event's text, and that is the unstreamed transcript."""
+    from openai import OpenAI
+
+    clip = os.path.join(ROOT, "fixtures", "espeak", "en-63s.flac")
+    with OpenAI(base_url=main + "/v1", api_key="unused", max_retries=0) as client:
+        with open(clip, "rb") as f:
+            whole = client.audio.transcriptions.create(model="whisper-1", file=f).text
+        with open(clip, "rb") as f:
+            events = list(client.audio.transcriptions.create(model="whisper-1", file=f, stream=True))
+    kinds = [e.type for e in events]
+    assert kinds[-1] == "transcript.text.done" and set(kinds[:-1]) == {"transcript.text.delta"}
+    assert len(kinds) >= 3, kinds
+    assert "".join(e.delta for e in events[:-1]) == events[-1].text == whole
+    import soundfile as sf
+
+    seconds = sf.info(clip).duration                      # usage: audio in 20 ms encoder positions
+    assert events[-1].usage.output_tokens > 0 and events[-1].usage.input_tokens == math.ceil(seconds * 50)
 
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")

@@ -15,8 +15,9 @@ Routes (token-protected unless marked open):
 A transcription request goes: token check → size check → a connection slot (limits.Slots; the body
 is read only once the request holds one) → parse (upload.py) → decode on a small thread pool →
 one job on the model's worker thread (inference.ModelHost) → the response format (formats.py).
-Every refusal is a 4xx (or 503 when full) with {"error": "<what was wrong>"}; nothing a client
-sends can stop the server serving the others.
+Every refusal is a 4xx (or 503 when full) with {"error": "<what was wrong>"} — on the /v1/ routes
+OpenAI's error object, {"error": {"message", "type", "param", "code"}}, which its clients show;
+nothing a client sends can stop the server serving the others.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import asyncio
 import io
 import json
 import logging
+import math
 import os
 import re
 import signal
@@ -44,6 +46,8 @@ from .upload import Reject, parse
 log = logging.getLogger("nwhisper.server")
 
 STATIC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "static")
+OPENAI_CODES = {401: "invalid_api_key", 404: "unknown_url", 413: "file_too_large", 503: "server_busy"}
+AUDIO_TOKENS_PER_S = 50          # a stream's usage counts the audio in encoder positions (20 ms)
 MiB = 1 << 20
 
 
@@ -100,6 +104,7 @@ class Context:
             "queued": h.queued,
             "abandoned": h.abandoned,
             "queue_wait_ms": h.wait_stats(),
+            "utterance_ms": None if h.utterance_s is None else round(h.utterance_s * 1000, 1),
             "connections": {"active": self.slots.active, "waiting": self.slots.waiting,
                             "max": self.slots.size},
             "streams": {"open": self.streams_open, "opened": self.streams_opened},
@@ -125,10 +130,19 @@ class JsonHandler(web.RequestHandler):
     def options(self, *args):
         self.set_status(204)
 
-    def fail(self, status, message):
+    def fail(self, status, message, param=None):
+        """Answer with an error: whisper.cpp's {"error": message}, or on the /v1/ routes
+        OpenAI's error object, which its clients show ({"error": {"message", "type", "param",
+        "code"}})."""
         self.set_status(status)
         self.set_header("Content-Type", "application/json")
-        self.finish(json.dumps({"error": message}, ensure_ascii=False))
+        if self.request.path.startswith("/v1/"):
+            body = {"error": {"message": message,
+                              "type": "server_error" if status >= 500 else "invalid_request_error",
+                              "param": param, "code": OPENAI_CODES.get(status)}}
+        else:
+            body = {"error": message}
+        self.finish(json.dumps(body, ensure_ascii=False))
 
     def write_error(self, status, **kwargs):
         e = kwargs.get("exc_info", (None, None))[1]
@@ -190,6 +204,7 @@ class Ask:
     prompt: str | None
     words: bool
     beam_size: int | None = None
+    stream: bool = False             # OpenAI's stream=true: server-sent text deltas, then done
 
 
 @web.stream_request_body
@@ -259,23 +274,27 @@ class TranscribeHandler(JsonHandler):
             samples = await ioloop.IOLoop.current().run_in_executor(self.ctx.decoders, load_audio, audio)
             if self._gone:
                 return
+            if ask.stream:
+                kwargs["on_segments"] = self._start_events()
             self._job = self.ctx.host.submit(lambda m: _transcribe(m, samples, kwargs))
             segments, info = await self._job.future
             if self._gone:              # it was already running when the client went away
                 return
         except Reject as e:
-            return self.fail(e.status, e.message)
+            return self._error(e.status, e.message, e.param)
         except AudioError as e:
-            return self.fail(400, f"not audio: {e}" if "cannot decode" in str(e) else str(e))
+            return self._error(400, f"not audio: {e}" if "cannot decode" in str(e) else str(e), "file")
         except Abandoned:
             return
         except ValueError as e:         # the library's word on language, task and options
-            return self.fail(400, str(e))
+            return self._error(400, str(e))
         except Exception as e:          # a bug or the device; the next request still runs
             log.exception("transcription failed")
-            return self.fail(500, f"transcription failed: {type(e).__name__}: {e}")
+            return self._error(500, f"transcription failed: {type(e).__name__}: {e}")
         finally:
             self._job = None
+        if ask.stream:
+            return self._done(segments, info)
         extra = self.extra(ask, info)
         if notes:
             extra["notes"] = notes
@@ -283,14 +302,59 @@ class TranscribeHandler(JsonHandler):
         self.set_header("Content-Type", ctype)
         self.finish(text)
 
+    # -- stream=true: OpenAI's server-sent events ----------------------------------------------
+
+    def _start_events(self):
+        """Send the event stream's headers now; returns the on_segments hook (called on the model's
+        thread) that sends each window's new text as a transcript.text.delta."""
+        self._streaming = True
+        self.set_header("Content-Type", "text/event-stream; charset=utf-8")
+        self.set_header("Cache-Control", "no-cache")
+        self.flush()
+        loop = ioloop.IOLoop.current()
+        raw, sent = [""], [0]
+
+        def on_segments(new):
+            # what is sent is always a prefix of the done event's text (formats.transcript: outer
+            # spaces stripped), so spaces at the end wait for the text that follows them
+            raw[0] += "".join(seg.text for seg in new)
+            shown = raw[0].strip()
+            if len(shown) > sent[0]:
+                loop.add_callback(self._event, {"type": "transcript.text.delta", "delta": shown[sent[0]:]})
+                sent[0] = len(shown)
+        return on_segments
+
+    def _event(self, data):
+        if not self._gone and not self._finished:
+            self.write(f"event: {data['type']}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n")
+            self.flush()
+
+    def _done(self, segments, info):
+        out = sum(len(seg.tokens) for seg in segments)
+        audio = math.ceil(info.duration * AUDIO_TOKENS_PER_S)
+        self._event({"type": "transcript.text.done", "text": formats.transcript(segments),
+                     "usage": {"type": "tokens", "input_tokens": audio,
+                               "input_token_details": {"audio_tokens": audio, "text_tokens": 0},
+                               "output_tokens": out, "total_tokens": audio + out}})
+        self.finish()
+
+    def _error(self, status, message, param=None):
+        """fail(), or once the event stream has begun, an error event that ends it."""
+        if not getattr(self, "_streaming", False):
+            return self.fail(status, message, param)
+        self._event({"type": "error", "error": {"message": message, "type": "server_error" if status >= 500
+                                                else "invalid_request_error", "param": param,
+                                                "code": OPENAI_CODES.get(status)}})
+        self.finish()
+
     def _call_args(self, ask):
         """model.transcribe's keyword arguments for `ask`, and notes on what this build ignores."""
         host, cfg = self.ctx.host, self.ctx.config
         if ask.language is not None and host.languages and ask.language not in host.languages:
             raise Reject(400, f"unknown language code '{ask.language}'; this model knows: "
-                              f"{', '.join(host.languages)}")
+                              f"{', '.join(host.languages)}", "language")
         if ask.task == "translate" and not host.multilingual:
-            raise Reject(400, f"this model ({host.name}) is English-only: it cannot translate")
+            raise Reject(400, f"this model ({host.name}) is English-only: it cannot translate", "model")
         kw = dict(language=ask.language, task=ask.task, max_tokens=cfg.max_tokens,
                   timestamps=ask.timestamps)
         notes = {}
@@ -351,7 +415,8 @@ def _language(value, default):
 def _format(value, default="json"):
     fmt = (value or default).strip().lower()
     if fmt not in formats.FORMATS:
-        raise Reject(400, f"response_format {fmt!r} is not one of {', '.join(formats.FORMATS)}")
+        raise Reject(400, f"response_format {fmt!r} is not one of {', '.join(formats.FORMATS)}",
+                     "response_format")
     return fmt
 
 
@@ -395,7 +460,8 @@ class InferenceHandler(TranscribeHandler):
 class OpenAIHandler(TranscribeHandler):
     """OpenAI's POST /v1/audio/{transcriptions,translations}: `file`, `model` (any name; this
     server holds one model), `language`, `prompt`, `response_format`, `temperature`,
-    `timestamp_granularities[]`."""
+    `timestamp_granularities[]`, `stream` (server-sent transcript.text.delta events, a window's
+    new text each as it is decoded, then transcript.text.done with the whole text and usage)."""
 
     def initialize(self, ctx, task):
         super().initialize(ctx)
@@ -403,22 +469,23 @@ class OpenAIHandler(TranscribeHandler):
 
     def ask(self, up):
         cfg = self.ctx.config
-        if up.flag("stream", False):
-            raise Reject(400, "stream=true is not supported on this route; the WebSocket "
-                              "streams live audio")
         fmt = _format(up.text("response_format"))
+        stream = up.flag("stream", False)
+        if stream and fmt not in ("json", "text"):
+            raise Reject(400, f"stream=true sends the text as it is decoded; response_format must "
+                              f"be json or text, not {fmt}", "stream")
         grains = set(up.texts("timestamp_granularities[]") + up.texts("timestamp_granularities"))
         unknown = grains - {"word", "segment"}
         if unknown:
             raise Reject(400, f"timestamp_granularities[] takes 'word' and 'segment', not "
-                              f"{', '.join(sorted(unknown))}")
+                              f"{', '.join(sorted(unknown))}", "timestamp_granularities[]")
         timestamps = up.flag("timestamps")
         if timestamps is None:
             timestamps = cfg.timestamps or fmt in ("srt", "vtt", "verbose_json")
         language = None if self.task == "translate" else _language(up.text("language"), cfg.language)
         return Ask(fmt=fmt, language=language, task=self.task, timestamps=timestamps,
                    vad=up.flag("vad", cfg.vad), temperature=up.number("temperature", 0.0, 1.0, 0.0),
-                   prompt=up.text("prompt") or None, words="word" in grains)
+                   prompt=up.text("prompt") or None, words="word" in grains, stream=stream)
 
 
 # -- the application --------------------------------------------------------------------------

@@ -23,11 +23,12 @@ from tornado import httputil
 
 
 class Reject(Exception):
-    """A request the server answers with `status` and {"error": message}."""
+    """A request the server answers with `status` and an error naming the problem; `param`: the
+    request field at fault, where there is one (OpenAI's error object names it)."""
 
-    def __init__(self, status, message):
+    def __init__(self, status, message, param=None):
         super().__init__(message)
-        self.status, self.message = status, message
+        self.status, self.message, self.param = status, message, param
 
 
 TRUE, FALSE = ("true", "1", "yes", "y", "on"), ("false", "0", "no", "n", "off", "")
@@ -57,7 +58,7 @@ class Upload:
             return True
         if v.lower() in FALSE:
             return False
-        raise Reject(400, f"field '{name}' must be true or false, not {v!r}")
+        raise Reject(400, f"field '{name}' must be true or false, not {v!r}", name)
 
     def number(self, name, lo, hi, default=None):
         v = self.text(name)
@@ -66,9 +67,9 @@ class Upload:
         try:
             x = float(v)
         except ValueError:
-            raise Reject(400, f"field '{name}' must be a number, not {v!r}") from None
+            raise Reject(400, f"field '{name}' must be a number, not {v!r}", name) from None
         if not lo <= x <= hi:
-            raise Reject(400, f"field '{name}' must be between {lo} and {hi}, not {v}")
+            raise Reject(400, f"field '{name}' must be between {lo} and {hi}, not {v}", name)
         return x
 
 
@@ -90,14 +91,14 @@ def parse(request, body):
                 data, name = args["file"][-1], "file"
             else:
                 raise Reject(400, "no 'file' field in the request: send the audio as the multipart "
-                                  "field 'file'")
+                                  "field 'file'", "file")
         else:
             data, name = files["file"][-1].body, files["file"][-1].filename or "file"
     else:
         data, name = body, "request body"
     if not data:
         raise Reject(400, f"empty audio: {name} has 0 bytes (send a WAV or another audio file "
-                          f"as the multipart field 'file' or as the whole request body)")
+                          f"as the multipart field 'file' or as the whole request body)", "file")
     return Upload(bytes(data), name, fields)
 
 
