@@ -67,7 +67,7 @@ class WhisperModel:
                    patience=1.0, temperature=0.0, compression_ratio_threshold=2.4,
                    logprob_threshold=-1.0, no_speech_threshold=0.6, word_timestamps=False,
                    hallucination_silence_threshold=None, vad=False, initial_prompt=None, audio_ctx=None,
-                   progress=None, on_segments=None):
+                   progress=None, on_segments=None, cancelled=None):
         """audio: a path, bytes, or 16 kHz mono float32 samples → ([Segment], TranscriptionInfo).
 
         language: a code (any case; an unknown one is named in the error), None to detect it on a
@@ -84,7 +84,9 @@ class WhisperModel:
         (chunk → p(speech), with reset()), or a function (samples, sr) → [(start, end)] in
         samples. progress(done_s, total_s): called after every long-form window. on_segments(new):
         called with each window's new segments as they are decoded (with vad, on the joined
-        speech's clock; the returned segments are on the recording's)."""
+        speech's clock; the returned segments are on the recording's). cancelled(): asked after
+        each encoder pass; True raises nwhisper.transcribe.Cancelled before any decoding (a live
+        stream's speculative final that more speech made stale)."""
         if task not in ("transcribe", "translate"):
             raise ValueError(f"task must be 'transcribe' or 'translate', not {task!r}")
         if task == "translate" and not self.dims.is_multilingual:
@@ -114,8 +116,9 @@ class WhisperModel:
         samples = _samples(audio)
         if vad is not None and vad is not False:
             return transcribe_speech(self._transcriber, samples, opts, "silero" if vad is True else vad,
-                                     progress, on_segments)
-        return self._transcriber.transcribe(samples, opts, progress=progress, on_segments=on_segments)
+                                     progress, on_segments, cancelled)
+        return self._transcriber.transcribe(samples, opts, progress=progress, on_segments=on_segments,
+                                            cancelled=cancelled)
 
 
 def normalize_language(code):

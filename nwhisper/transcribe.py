@@ -88,6 +88,10 @@ class TranscribeOptions:
 FALLBACK_TEMPERATURES = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
 
 
+class Cancelled(Exception):
+    """transcribe(cancelled=…) said stop: the result was no longer wanted."""
+
+
 @dataclass
 class TranscriptionInfo:
     language: str
@@ -133,10 +137,12 @@ class Transcriber:
         return best, probs[best], probs
 
     def transcribe(self, audio, options: TranscribeOptions | None = None, progress=None,
-                   on_segments=None, **kw):
+                   on_segments=None, cancelled=None, **kw):
         """audio: 16 kHz float32 samples. options (or the same names as keywords).
         progress(done_s, total_s) is called after every long-form window; on_segments(new) with
-        each window's new segments as they are decoded (their times on this audio's clock)."""
+        each window's new segments as they are decoded (their times on this audio's clock);
+        cancelled() after each encoder pass: True raises Cancelled (no decoding follows)."""
+        self._cancelled = cancelled
         opts = options or TranscribeOptions()
         if kw:
             if "temperature" in kw and not isinstance(kw["temperature"], (tuple, list)):
@@ -157,6 +163,10 @@ class Transcriber:
         if len(audio) <= M.N_SAMPLES and opts.hallucination_silence_threshold is None:
             return self._short_form(audio, duration, opts, on_segments)
         return self._long_form(audio, duration, opts, progress, on_segments)
+
+    def _check_cancelled(self):
+        if self._cancelled is not None and self._cancelled():
+            raise Cancelled()
 
     # ------------------------------------------------------------------ one window, with fallback
     def _decode(self, enc, opts, lang, timestamps, prompt=()):
@@ -218,6 +228,7 @@ class Transcriber:
         n_frames = INPUT_STRIDE * opts.audio_ctx if opts.audio_ctx else self.n_frames
         mel = M.log_mel(audio, self.model.dims.n_mels, n_frames)
         enc = self.model.encode(mel)
+        self._check_cancelled()
         lang, lang_p, probs = self._language(enc, opts.language)
         info = TranscriptionInfo(lang, lang_p, duration, probs)
         timestamps = opts.timestamps
@@ -252,6 +263,7 @@ class Transcriber:
         while seek < content:
             size = min(self.n_frames, content - seek)
             enc = self.model.encode(_pad_window(mel, seek, self.n_frames))
+            self._check_cancelled()
             if lang is None:
                 lang, lang_p, probs = self._language(enc, opts.language)
                 info = TranscriptionInfo(lang, lang_p, duration, probs)
@@ -460,7 +472,7 @@ class _Clock:
         return round(float(self.orig[k] + min(t - self.joined[k], self.lengths[k])), 3)
 
 
-def transcribe_speech(tr, samples, opts, vad="silero", progress=None, on_segments=None):
+def transcribe_speech(tr, samples, opts, vad="silero", progress=None, on_segments=None, cancelled=None):
     """Transcribe only the speech regions of `samples`, joined end to end (as faster-whisper's
     vad_filter does); segment and word times mapped back to the recording's clock. Speech that
     straddles a 30 s window boundary stays whole: windows advance by the last complete
@@ -484,7 +496,7 @@ def transcribe_speech(tr, samples, opts, vad="silero", progress=None, on_segment
         return segs, info
     joined = np.concatenate([samples[a:b] for a, b in found])
     clock = _Clock(found, sr, opts_vad.speech_pad_ms / 1000)
-    segs, info = tr.transcribe(joined, opts, progress=progress, on_segments=on_segments)
+    segs, info = tr.transcribe(joined, opts, progress=progress, on_segments=on_segments, cancelled=cancelled)
     for s in segs:
         s.start, s.end = clock.span(s.start, s.end)
         for w in s.words or []:

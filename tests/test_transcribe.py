@@ -84,6 +84,21 @@ def test_short_audio_ctx_matches_hf():
         m.transcribe(x, audio_ctx=1501)
 
 
+def test_cancelled_stops_after_the_encoder():
+    """cancelled() is asked after each encoder pass (a live stream's stale speculation): True
+    raises Cancelled before any decoding; False changes nothing."""
+    from nwhisper.transcribe import Cancelled
+
+    m = nwhisper.load("tiny.en", device="cpu")
+    x = audio("jfk.wav")
+    asked = []
+    with pytest.raises(Cancelled):
+        m.transcribe(x, cancelled=lambda: asked.append(1) or True)
+    assert asked == [1]
+    segments, _ = m.transcribe(x, cancelled=lambda: False)
+    assert "ask not what your country" in "".join(s.text for s in segments)
+
+
 def test_greedy_equals_hf_word_for_word(model):
     """Every short clip: the same token ids as HF greedy, hence the same words. (With timestamps,
     tokens and times: tests/test_features.py.)"""

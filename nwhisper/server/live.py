@@ -13,7 +13,7 @@ How an utterance becomes an answer:
 * The endpointer's Stop (the voice has been silent for its tail): the utterance as End would
   cut it now is transcribed at once, with the full 30 s context, as a FINAL job — while the
   closing pause runs. More voice makes it stale: if it has not started it is dropped; if it has,
-  its result is not used. The tail (the audio after the voice that an utterance includes) is
+  it stops after its encoder pass (transcribe's `cancelled`), and its result is not used. The tail (the audio after the voice that an utterance includes) is
   200 ms where the pause leaves time to transcribe after it, and shortened, to 64 ms at least,
   where the model would otherwise still be busy when the pause closes: the tail is then
   pause − (a short utterance's transcription time, as measured) − a chunk.
@@ -44,6 +44,7 @@ from tornado import ioloop
 from ..io.audio import SAMPLE_RATE, StreamResampler
 from ..vad.endpointer import CHUNK_MS, End
 from ..vad.stream import VadStream, detector
+from ..transcribe import Cancelled
 from .inference import DRAFT, FINAL, Abandoned
 
 log = logging.getLogger("nwhisper.server")
@@ -233,7 +234,7 @@ class LiveStream:
             self.host.abandon(u.spec)
         audio = self._span(e.t0, e.t1)
         u.spec_span, u.spec_voice_end, u.spec_stale = (e.t0, e.t1), e.speech_t1, False
-        u.spec = self.host.submit(self._final_job(audio), FINAL)
+        u.spec = self.host.submit(self._final_job(audio, u), FINAL)
         u.spec.future.add_done_callback(_seen)      # a stale one is dropped with nobody waiting
 
     def _drop_stale_speculation(self):
@@ -312,12 +313,19 @@ class LiveStream:
 
     # -- jobs -------------------------------------------------------------------------------
 
-    def _final_job(self, audio):
+    def _final_job(self, audio, spec=None):
+        """The job of a final; of a speculative one (`spec`: its _Utterance) that stops after the
+        encoder when more speech made it stale meanwhile (None: nobody wants it)."""
         kw = dict(language=self.language(), max_tokens=self.max_tokens)
+        if spec is not None:
+            kw["cancelled"] = lambda: spec.spec_stale or self.closed
 
         def run(model):             # on the model's worker thread
             t = time.perf_counter()
-            segments, _ = model.transcribe(audio, **kw)
+            try:
+                segments, _ = model.transcribe(audio, **kw)
+            except Cancelled:
+                return None
             return _text(segments), time.perf_counter() - t
         return run
 
