@@ -6,7 +6,7 @@ openai-whisper and transformers, on the same weights, the same audio and the sam
     python3 bench/transcribe.py --rev HEAD --profile  # bench a snapshot of a commit; cProfile us
 
 nwhisper runs in this interpreter's environment; the peers run in the oracle venv (--peer-python,
-default .oracle/bin/python; see /work/shared/DATA.md "Running the oracles and peers"). Every
+default .oracle/bin/python; docs/ORACLES.md says how to make it). Every
 system gets the model package's own CT2 weights: the CT2 directory itself (faster-whisper fp32,
 and int8 quantised at load), converted by nwhisper to a Hugging Face directory (transformers), a
 ggml file (whisper.cpp) and an OpenAI .pt (openai-whisper, built from the HF checkpoint with

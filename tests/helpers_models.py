@@ -62,7 +62,7 @@ def write_tiny_tokenizer(path):
 
 
 # ---------------------------------------------------------------------------------------------
-# CTranslate2 writer (layout: nwhisper/io/ct2.py's docstring, PEERS.md §8)
+# CTranslate2 writer (layout: nwhisper/io/ct2.py's docstring)
 
 def _str(s):
     b = s.encode("utf-8") + b"\0"

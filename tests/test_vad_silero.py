@@ -23,7 +23,7 @@ from export_silero import golden_streams  # noqa: E402
 from nwhisper import backend  # noqa: E402
 from nwhisper.vad import silero  # noqa: E402
 
-TOL = 1e-5  # SPEC.md §4
+TOL = 1e-5  # per-chunk agreement with onnxruntime that the VAD is held to
 
 
 @pytest.fixture(scope="module")

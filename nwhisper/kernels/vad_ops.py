@@ -4,7 +4,7 @@ The network is tiny (about 0.7 M multiply-adds a chunk) and strictly sequential 
 to the next, so one work item runs all of it for one stream: on the CPU a single call is faster
 than a launch per layer, and on CUDA many streams run side by side, one thread each.
 
-Reference: silero-vad 6.x `silero_vad.onnx` (16 kHz branch); PEERS.md §7 gives the graph:
+Reference: silero-vad 6.x `silero_vad.onnx` (16 kHz branch); its graph, as fixtures/export_silero.py reads it:
     x = context[64] ++ chunk[512], reflect-padded right by 64   -> 640 samples
     STFT: |conv1d(x, basis[258, 256], stride 128)|               -> mag[4 frames, 129 bins]
     4 x (Conv1d k=3 pad=1 + ReLU): 129->128 s1, 128->64 s2, 64->64 s2, 64->128 s1  -> [1, 128]

@@ -14,7 +14,7 @@ detector to it).
     ep.end()                         # client command: the utterance is over now
     ep.reset()                       # client command: forget the open utterance
 
-What it measures as it goes (SPEC.md §4):
+What it measures as it goes (docs/STREAMING.md has the whole picture):
 - the noise floor: 20th percentile of the levels of the last 10 s of non-speech chunks;
 - the speaker's level: 90th percentile of the last 20 s of chunks that were the speaker's voice;
 - how readily the detector fires on this room's noise: the 90th percentile of p over the last
