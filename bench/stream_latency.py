@@ -1,7 +1,8 @@
 """End of speech → final, over the live WebSocket, in three rooms; then eight streams at once.
 
     python3 bench/stream_latency.py [--models tiny.en,base] [--computes float32,int8]
-                                    [--rooms quiet,tv,music] [--pause 300] [--load-s 60]
+                                    [--rooms quiet,tv,music] [--realtime-rooms quiet]
+                                    [--pause 300] [--load-s 60]
                                     [--load-model base] [--load-compute int8] [--work DIR]
 
 The rooms are built with sox in --work (default /tmp/nwhisper-stream-bench) from fixture speech:
@@ -22,6 +23,12 @@ Per room: latency = the final's arrival − the moment the answer's last voiced 
 alone, starting no more than 0.3 s before its voice; `stray` = finals on no answer (the other
 voice alone); `merged` = finals over two answers; `early` = finals that start > 0.3 s before
 their answer's voice (the other voice at its start); `missed` = answers with no final.
+
+The `rt-` rows stream a room to OpenAI's Realtime route instead (/v1/realtime, OpenAI's own
+client, PCM16 at 24 kHz, server_vad with silence_duration_ms --pause): latency = the completed
+transcript's arrival − the end of the answer's voice. Realtime events carry the utterance's span
+(audio_start_ms includes prefix_padding_ms, 300 ms; audio_end_ms the tail), so its voice is taken
+as that span less the padding at the start.
 
 The load run (its own server, --connections 9): eight streams of the quiet room looped to
 --load-s seconds, partials on, all at once, plus one HTTP client posting jfk.wav to /inference
@@ -52,7 +59,8 @@ from server_load import EXPECT, ROOT, form, pct, rss_mb, start_server, stop_serv
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "tests"))
 from fixture_audio import extent  # noqa: E402  (where a clip's voice is: the scenes' truth)
-from nwhisper.server.client import stream  # noqa: E402
+from nwhisper.io.audio import resample  # noqa: E402
+from nwhisper.server.client import encode, realtime, stream  # noqa: E402
 
 SR = 16000
 FIX = os.path.join(ROOT, "fixtures")
@@ -164,6 +172,31 @@ def stream_room(url, path, pause, pace=1.0, partials=False):
     return [(m.at, m.msg) for m in r.messages if m.msg.get("type") == "final"], r.errors
 
 
+PADDING_MS = 300
+
+
+def realtime_room(url, path, pause):
+    """The room through /v1/realtime at 24 kHz: [(arrival, final-like dict)], errors."""
+    x = resample(sf.read(path, dtype="float32")[0], SR, 24000)
+    pcm = encode(x, "pcm16")[0]
+    frames = [pcm[i:i + 1920] for i in range(0, len(pcm), 1920)]          # 40 ms
+    session = {"type": "transcription", "audio": {"input": {
+        "format": {"type": "audio/pcm", "rate": 24000},
+        "turn_detection": {"type": "server_vad", "silence_duration_ms": pause,
+                           "prefix_padding_ms": PADDING_MS}}}}
+    events = asyncio.run(realtime(url, frames, 0.04, session, linger=6))
+    span, finals = {}, []
+    for at, e in events:
+        if e["type"] == "input_audio_buffer.speech_started":
+            span[e["item_id"]] = [e["audio_start_ms"] / 1000 + PADDING_MS / 1000, None]
+        elif e["type"] == "input_audio_buffer.speech_stopped":
+            span[e["item_id"]][1] = e["audio_end_ms"] / 1000
+        elif e["type"].endswith("transcription.completed") and e["transcript"]:
+            a, b = span[e["item_id"]]
+            finals.append((at, {"speech_t0": a, "speech_t1": b, "text": e["transcript"]}))
+    return finals, [e["error"]["message"] for _, e in events if e["type"] == "error"]
+
+
 def fmt_ms(xs):
     if not xs:
         return "-"
@@ -224,6 +257,7 @@ def main():
     ap.add_argument("--models", default="tiny.en,base")
     ap.add_argument("--computes", default="float32,int8")
     ap.add_argument("--rooms", default="quiet,tv,music")
+    ap.add_argument("--realtime-rooms", default="quiet", help="rooms also sent to /v1/realtime")
     ap.add_argument("--pause", type=int, default=300)
     ap.add_argument("--load-s", type=float, default=60.0, help="0: no load run")
     ap.add_argument("--load-model", default="base")
@@ -234,17 +268,20 @@ def main():
     print(f"# stream latency, pause_ms {a.pause}, real-time pace, {len(truth)} answers in {seconds:.1f} s "
           f"per room; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; load average "
           f"{open('/proc/loadavg').read().split()[0]}; {os.cpu_count()} cores")
-    print(f"{'model':8} {'compute':8} {'room':6} {'p50':>5} {'p95':>5} {'max':>5}  right stray merged early missed")
+    print(f"{'model':8} {'compute':8} {'room':8} {'p50':>5} {'p95':>5} {'max':>5}  right stray merged early missed")
     load_done = False
     for model in a.models.split(","):
         for compute in a.computes.split(","):
             proc, url = start_server(model, "--compute-type", compute)
             try:
                 ws = url.replace("http", "ws", 1) + "/stream"
-                for room in a.rooms.split(","):
-                    finals, errors = stream_room(ws, rooms[room], a.pause)
+                runs = [(room, lambda r: stream_room(ws, rooms[r], a.pause)) for room in a.rooms.split(",")]
+                runs += [(f"rt-{room}", lambda r: realtime_room(url, rooms[r[3:]], a.pause))
+                         for room in a.realtime_rooms.split(",") if room]
+                for room, go in runs:
+                    finals, errors = go(room)
                     lat, c = judge(finals, truth, lambda t: t)
-                    print(f"{model:8} {compute:8} {room:6} {fmt_ms(lat)}  {c['right']:3}/{len(truth)} "
+                    print(f"{model:8} {compute:8} {room:8} {fmt_ms(lat)}  {c['right']:3}/{len(truth)} "
                           f"{c['stray']:5} {c['merged']:6} {c['early']:5} {c['missed']:6}"
                           + (f"  errors: {errors}" if errors else ""), flush=True)
             finally:

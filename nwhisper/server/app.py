@@ -11,6 +11,7 @@ Routes (token-protected unless marked open):
     POST /v1/audio/translations     the same, task=translate
     GET  /v1/models                 the one model this server holds, as OpenAI lists models
     GET  / and /stream (WebSocket)  live audio in, utterances out (stream.py)
+    GET  /v1/realtime (WebSocket)   OpenAI's Realtime transcription sessions (realtime.py)
 
 A transcription request goes: token check → size check → a connection slot (limits.Slots; the body
 is read only once the request holds one) → parse (upload.py) → decode on a small thread pool →
@@ -38,7 +39,7 @@ from tornado import httpserver, ioloop, netutil, web
 
 from ..io.audio import AudioError, load_audio
 from ..io.registry import DEFAULT_MODEL
-from . import auth, formats, stream
+from . import auth, formats, realtime, stream
 from .inference import Abandoned, ModelHost
 from .limits import Busy, Slots
 from .upload import Reject, parse
@@ -510,6 +511,7 @@ def make_app(ctx):
         (r"/v1/audio/translations", OpenAIHandler, {"ctx": ctx, "task": "translate"}),
         (r"/v1/models", ModelsHandler, k),
         *stream.routes(ctx),
+        *realtime.routes(ctx),
         (r"/static/(.+)", PageHandler, {"path": STATIC}),
     ]
     return web.Application(routes, default_handler_class=NotFound, default_handler_args=k,
@@ -570,7 +572,8 @@ async def _serve(cfg, host, say):
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     say(f"nwhisper serving on {url(cfg, port)} (test page at /, POST /inference, "
-        f"POST /v1/audio/transcriptions, GET /health, WebSocket at / and /stream: live audio)")
+        f"POST /v1/audio/transcriptions, GET /health, WebSocket at / and /stream: live audio, at "
+        f"/v1/realtime: OpenAI Realtime)")
     await stop.wait()
     say("nwhisper: stopping")
     server.stop()

@@ -1,4 +1,5 @@
-"""Access control: one shared token, presented as `Authorization: Bearer T` or `?token=T`.
+"""Access control: one shared token, presented as `Authorization: Bearer T` or `?token=T` (or, by a
+browser's WebSocket, which cannot set headers, as the subprotocol `openai-insecure-api-key.T`).
 
     problem(request, token)    → None when the request may proceed, else the 401 message
     is_loopback("0.0.0.0")     → False: the bind that deserves a warning when there is no token
@@ -14,6 +15,8 @@ from __future__ import annotations
 import hmac
 import ipaddress
 
+SUBPROTOCOL_KEY = "openai-insecure-api-key."     # OpenAI's browser form of the key
+
 
 def presented(request):
     """The token the request carries, or None."""
@@ -24,6 +27,10 @@ def presented(request):
     values = request.query_arguments.get("token")
     if values:
         return values[-1].decode("utf-8", "replace")
+    for offered in request.headers.get("Sec-WebSocket-Protocol", "").split(","):
+        offered = offered.strip()
+        if offered.startswith(SUBPROTOCOL_KEY) and len(offered) > len(SUBPROTOCOL_KEY):
+            return offered[len(SUBPROTOCOL_KEY):]
     return None
 
 

@@ -11,7 +11,8 @@ fast, 0 as fast as the socket takes it. Times are seconds since the first frame 
 moment sample i was sent is i / rate / pace. After the last frame the client says
 {"cmd": "end"} and waits until every utterance it saw start (events or partials on) has its
 final, or until `linger` seconds pass with nothing new. `nwhisper stream` runs it from the command line; the tests and
-bench/stream_latency.py drive the server with it.
+bench/stream_latency.py drive the server with it. `realtime()` does the same through OpenAI's own
+client on the Realtime route.
 """
 
 from __future__ import annotations
@@ -128,3 +129,55 @@ async def stream(url, samples, rate=16000, fmt="pcm16", config=None, pace=1.0, f
         except (asyncio.TimeoutError, Exception):
             reader.cancel()
     return result
+
+
+async def realtime(url, frames, frame_s, session, beta=False, token=None, pace=1.0, linger=3.0,
+                   timeout=600.0, model="whisper-1"):
+    """OpenAI's own client (`openai[realtime]`) in a Realtime transcription session at `url`
+    (http://host:port): `session` sent as session.update (beta: transcription_session.update),
+    then `frames` — audio bytes in the session's format, `frame_s` seconds each — at `pace`.
+    Returns [(seconds since the first frame was sent, event dict)] once every utterance that
+    started has its transcript and `linger` s passed with nothing new."""
+    import base64
+
+    from openai import AsyncOpenAI
+
+    base = url.rstrip("/") + "/v1"
+    # the beta client always dials wss:// unless told where the WebSocket is
+    client = AsyncOpenAI(base_url=base, api_key=token or "none",
+                         websocket_base_url=base.replace("http", "ws", 1))
+    rt = client.beta.realtime if beta else client.realtime
+    events, open_items = [], set()
+    async with rt.connect(model=model, extra_query={"intent": "transcription"}) as conn:
+        if beta:
+            await conn.transcription_session.update(session=session)
+        else:
+            await conn.session.update(session=session)
+        t0 = time.monotonic()
+        quiet_since = [t0]
+
+        async def read():
+            async for ev in conn:
+                e = ev.to_dict()
+                events.append((round(time.monotonic() - t0, 4), e))
+                quiet_since[0] = time.monotonic()
+                if e["type"] == "input_audio_buffer.speech_started":
+                    open_items.add(e["item_id"])
+                elif e["type"].endswith(("transcription.completed", "transcription.failed")):
+                    open_items.discard(e["item_id"])
+
+        reader = asyncio.ensure_future(read())
+        try:
+            for i, f in enumerate(frames):
+                if pace:
+                    await asyncio.sleep(max(0.0, t0 + (i + 1) * frame_s / pace - time.monotonic()))
+                await conn.input_audio_buffer.append(audio=base64.b64encode(f).decode())
+            deadline = time.monotonic() + timeout
+            while not reader.done() and time.monotonic() < deadline:
+                quiet = time.monotonic() - quiet_since[0]
+                if quiet > linger or (not open_items and quiet > 0.3):
+                    break
+                await asyncio.sleep(0.05)
+        finally:
+            reader.cancel()
+    return events

@@ -1,13 +1,17 @@
 """One live stream: audio in, utterances out — the endpointer's events turned into model jobs.
 
     live = LiveStream(host, settings, send, language=None, max_tokens=224)
+    live.configure(settings, lead_ms=None, prompt=None)   # new settings, any time
     live.feed(samples)          # float32 at settings.rate, any length (on the IOLoop)
     live.end()                  # the client says the utterance is over: transcribe it now
     live.reset()                # forget the open utterance
     live.close()                # the connection went: nothing it queued runs
 
 `send(message)` gets the stream's messages as dicts in the native protocol's shapes (stream.py
-writes them as JSON; another dialect can translate them): final, partial, start, level, error.
+writes them as JSON; realtime.py translates them): final, partial, start, level, error. With
+`report_closes` (a dialect whose every utterance needs a commit and a transcript) it also gets
+{"type": "close", seg, t0, t1} the moment an utterance closes, and a final for every closed
+utterance, an empty or dropped one included.
 
 How an utterance becomes an answer:
 * The endpointer's Stop (the voice has been silent for its tail): the utterance as End would
@@ -34,6 +38,7 @@ thread and read only the snapshot (seg, span, audio) they were handed.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import math
 import time
@@ -81,7 +86,20 @@ def stable_prefix(previous, current):
     return current[:i]
 
 
-def _seen(future):
+def final_job(audio, options, cancelled=None):
+    """A FINAL job for ModelHost.submit: transcribe `audio` (16 kHz) with `options`; the result is
+    (text, seconds it took), or None when `cancelled()` said so after the encoder pass."""
+    def run(model):             # on the model's worker thread
+        t = time.perf_counter()
+        try:
+            segments, _ = model.transcribe(audio, cancelled=cancelled, **options)
+        except Cancelled:
+            return None
+        return _text(segments), time.perf_counter() - t
+    return run
+
+
+def seen(future):
     """Mark a job's outcome as looked at (asyncio logs an exception nobody retrieved)."""
     if not future.cancelled():
         future.exception()
@@ -107,10 +125,12 @@ class _Utterance:
 
 
 class LiveStream:
-    def __init__(self, host, settings, send, language=None, max_tokens=224):
+    def __init__(self, host, settings, send, language=None, max_tokens=224, report_closes=False):
         self.host, self.send = host, send
         self.default_language, self.max_tokens = language, max_tokens
+        self.report_closes = report_closes
         self.settings = None
+        self.lead_ms = self.prompt = None
         self.vad = None
         self._resampler = None
         self._audio = np.zeros(0, np.float32)   # the stream's 16 kHz audio from sample _base on
@@ -124,12 +144,16 @@ class LiveStream:
 
     # -- settings ---------------------------------------------------------------------------
 
-    def configure(self, settings):
-        """Apply validated StreamSettings; what the room taught the endpointer is kept."""
+    def configure(self, settings, lead_ms=None, prompt=None):
+        """Apply validated StreamSettings (and, for dialects that set them, the audio kept before
+        the voice and a prompt for the model); what the room taught the endpointer is kept."""
         old, self.settings = self.settings, settings
+        self.lead_ms, self.prompt = lead_ms, prompt
         if old is None or old.rate != settings.rate:
             self._resampler = StreamResampler(settings.rate) if settings.rate != SAMPLE_RATE else None
         opts = settings.endpointer_options()
+        if lead_ms is not None:
+            opts = dataclasses.replace(opts, lead_ms=lead_ms)
         if self.vad is None:
             self.vad = VadStream(opts, vad=settings.vad)
         else:
@@ -235,7 +259,7 @@ class LiveStream:
         audio = self._span(e.t0, e.t1)
         u.spec_span, u.spec_voice_end, u.spec_stale = (e.t0, e.t1), e.speech_t1, False
         u.spec = self.host.submit(self._final_job(audio, u), FINAL)
-        u.spec.future.add_done_callback(_seen)      # a stale one is dropped with nobody waiting
+        u.spec.future.add_done_callback(seen)      # a stale one is dropped with nobody waiting
 
     def _drop_stale_speculation(self):
         """The voice came back after a Stop: its speculative job is no longer the answer."""
@@ -258,7 +282,9 @@ class LiveStream:
             self.host.abandon(u.spec)
         if self._draft_want is not None and self._draft_want[0] == e.seg:
             self._draft_want = None
-        if u.drafted:
+        if self.report_closes:
+            self.send({"type": "close", "seg": e.seg, "t0": e.at, "t1": e.at})
+        if u.drafted or self.report_closes:
             closed = End(e.seg, e.at, e.at, e.at, e.at, "drop", e.at)
             self._last_final = asyncio.ensure_future(
                 self._deliver(closed, u, None, self._last_final, time.perf_counter()))
@@ -274,6 +300,8 @@ class LiveStream:
         u = self._utt.get(e.seg) or _Utterance(e.seg)
         self._utt[e.seg] = u
         closed_at = time.perf_counter()
+        if self.report_closes:
+            self.send({"type": "close", "seg": e.seg, "t0": e.t0, "t1": e.t1})
         if self._draft_job is not None and self._draft_want and self._draft_want[0] == e.seg:
             self._draft_want = None          # its utterance has closed: no more drafts of it
         if u.spec is not None and not u.spec_stale and u.spec_span == (e.t0, e.t1):
@@ -286,7 +314,7 @@ class LiveStream:
 
     async def _deliver(self, e, u, job, previous, closed_at):
         """Send utterance e's final once its job is done, after the previous final."""
-        text = "" if job is None else None       # None: an utterance dropped with drafts
+        text = "" if job is None else None       # a dropped utterance's final is empty
         error = None
         try:
             if job is not None:
@@ -305,8 +333,8 @@ class LiveStream:
         if self.closed:
             return
         if error:
-            self.send({"error": error})
-        elif text is not None and (text.strip() or u.drafted):
+            self.send({"error": error, "seg": e.seg} if self.report_closes else {"error": error})
+        elif text is not None and (text.strip() or u.drafted or self.report_closes):
             self.send({"type": "final", "seg": e.seg, "text": text, "t0": e.t0, "t1": e.t1,
                        "speech_t0": e.speech_t0, "speech_t1": e.speech_t1,
                        "proc_ms": max(0, round((ready - closed_at) * 1000))})
@@ -315,22 +343,15 @@ class LiveStream:
 
     def _final_job(self, audio, spec=None):
         """The job of a final; of a speculative one (`spec`: its _Utterance) that stops after the
-        encoder when more speech made it stale meanwhile (None: nobody wants it)."""
-        kw = dict(language=self.language(), max_tokens=self.max_tokens)
-        if spec is not None:
-            kw["cancelled"] = lambda: spec.spec_stale or self.closed
+        encoder when more speech made it stale meanwhile."""
+        cancelled = None if spec is None else (lambda: spec.spec_stale or self.closed)
+        return final_job(audio, self._model_options(), cancelled)
 
-        def run(model):             # on the model's worker thread
-            t = time.perf_counter()
-            try:
-                segments, _ = model.transcribe(audio, **kw)
-            except Cancelled:
-                return None
-            return _text(segments), time.perf_counter() - t
-        return run
+    def _model_options(self):
+        return dict(language=self.language(), max_tokens=self.max_tokens, initial_prompt=self.prompt)
 
     def _submit_draft(self):
-        kw = dict(language=self.language(), max_tokens=self.max_tokens)
+        kw = self._model_options()
 
         def run(model):             # on the model's worker thread
             want = self._draft_want

@@ -41,6 +41,7 @@ class StreamHandler(websocket.WebSocketHandler):
         self.ctx = ctx
         self.live = None
         self._slot = None
+        self._held = False           # open() took the model and a stream count
 
     def check_origin(self, origin):
         return True                  # the token is the guard; pages on the LAN are welcome
@@ -49,23 +50,23 @@ class StreamHandler(websocket.WebSocketHandler):
         cfg = self.ctx.config
         why = auth.problem(self.request, cfg.token)
         if why:
-            return self._refuse(401, why)
+            return self.refuse(401, why)
         if self.request.headers.get("Upgrade", "").lower() != "websocket":
-            return self._refuse(400, "this route is a WebSocket: connect with Upgrade: websocket")
+            return self.refuse(400, "this route is a WebSocket: connect with Upgrade: websocket")
         try:
             ticket = self.ctx.slots.enter()
         except Busy as e:
-            return self._refuse(503, str(e))
+            return self.refuse(503, str(e))
         if not ticket.done():        # a stream does not wait behind streams that may stay open
             self.ctx.slots.leave(ticket)
-            return self._refuse(503, f"server busy: all {self.ctx.slots.size} connections are in "
+            return self.refuse(503, f"server busy: all {self.ctx.slots.size} connections are in "
                                      f"use; retry later")
         self._slot = ticket
         await super().get(*args, **kwargs)
         if self.ws_connection is None:        # the upgrade failed: give the slot back
             self._let_go()
 
-    def _refuse(self, status, message):
+    def refuse(self, status, message):
         self.set_status(status)
         if status == 401:
             self.set_header("WWW-Authenticate", 'Bearer realm="nwhisper"')
@@ -80,12 +81,20 @@ class StreamHandler(websocket.WebSocketHandler):
         return MAX_MESSAGE
 
     def open(self, *args, **kwargs):
-        host, cfg = self.ctx.host, self.ctx.config
-        host.hold()
-        self.live = LiveStream(host, StreamSettings(), self._send, language=cfg.language,
-                               max_tokens=cfg.max_tokens)
+        self.ctx.host.hold()
         self.ctx.streams_open += 1
         self.ctx.streams_opened += 1
+        self._held = True
+        self.started()
+
+    def started(self):
+        """The upgrade is done: the native stream starts with the defaults."""
+        self.live = self.live_stream(StreamSettings())
+
+    def live_stream(self, settings, send=None, **kw):
+        cfg = self.ctx.config
+        return LiveStream(self.ctx.host, settings, send or self._send, language=cfg.language,
+                          max_tokens=cfg.max_tokens, **kw)
 
     def on_message(self, message):
         live = self.live
@@ -108,7 +117,7 @@ class StreamHandler(websocket.WebSocketHandler):
             return self._command(msg)
         try:
             settings = live.settings.updated(msg)
-            self._check_language(settings)
+            self.check_language(settings.lang, ConfigError)
         except ConfigError as e:
             return self._send({"error": f"config refused, nothing changed: {e}"})
         live.configure(settings)
@@ -126,17 +135,17 @@ class StreamHandler(websocket.WebSocketHandler):
         else:
             self._send({"error": f"unknown command {cmd!r}: the commands are \"end\" and \"reset\""})
 
-    def _check_language(self, settings):
+    def check_language(self, lang, error):
+        """Raise error(message) unless the model knows `lang` (None and "auto": detect)."""
         host = self.ctx.host
-        lang = settings.lang
         if lang in (None, "auto"):
             return
         if host.languages and lang not in host.languages:
-            raise ConfigError(f"unknown language code '{lang}'; this model knows: "
-                              f"{', '.join(host.languages)}")
+            raise error(f"unknown language code '{lang}'; this model knows: "
+                        f"{', '.join(host.languages)}")
         if not host.multilingual and lang != "en":
-            raise ConfigError(f"this model ({host.name}) is English-only; it cannot transcribe "
-                              f"language '{lang}'")
+            raise error(f"this model ({host.name}) is English-only; it cannot transcribe "
+                        f"language '{lang}'")
 
     def _send(self, message):
         if self.ws_connection is None or self.ws_connection.is_closing():
@@ -147,12 +156,18 @@ class StreamHandler(websocket.WebSocketHandler):
             pass
 
     def on_close(self):
-        if self.live is not None:
-            self.live.close()
-            self.live = None
+        if self._held:
+            self.stopped()
+            self._held = False
             self.ctx.host.release()
             self.ctx.streams_open -= 1
         self._let_go()
+
+    def stopped(self):
+        """The connection went: nothing the stream queued runs."""
+        if self.live is not None:
+            self.live.close()
+            self.live = None
 
     def on_connection_close(self):
         super().on_connection_close()
