@@ -217,9 +217,9 @@ def encode(args, output, device):
 
 def _register():
     """Commands that live in their own modules (each defines `command`)."""
-    from . import serve, stream, vad
+    from . import batch, serve, stream, vad
 
-    for mod in (serve, stream, vad):
+    for mod in (batch, serve, stream, vad):
         cli.add_command(mod.command)
 
 

@@ -6,8 +6,10 @@
     pcm16_to_float32(chunk)             # raw little-endian s16 (streaming) → float32
 
 Decoding is libsndfile's, through `soundfile`: WAV at any bit depth (8/16/24/32-bit int, 32/64-bit
-float), FLAC, Ogg Vorbis/Opus and the rest of its formats. Integers are scaled to [-1, 1) as
-Whisper expects (s16 / 32768). Anything that is not decodable audio raises `AudioError` (a
+float), FLAC, Ogg Vorbis/Opus, MP3 and the rest of its formats; what it does not read (m4a/AAC,
+mp4/mov/mkv video, webm, wma …) FFmpeg's libraries decode through PyAV (io/container.py).
+Integers are scaled to [-1, 1) as Whisper expects (s16 / 32768). Anything that is not decodable
+audio raises `AudioError` (a
 `ValueError`) whose one-line message names the input and what is wrong with it; that includes a
 file that decodes to zero samples, since there is nothing to transcribe. A path that does not exist
 raises the usual `FileNotFoundError`.
@@ -65,6 +67,22 @@ def load_audio(source, sr=SAMPLE_RATE):
     Channels are averaged; the result is resampled when the file's rate differs from `sr`.
     """
     name, data = _open(source)
+    rate, blocks = decode_blocks(name, data)
+    if not MIN_RATE <= rate <= MAX_RATE:
+        raise AudioError(name, f"sample rate {rate} Hz is outside the supported "
+                               f"{MIN_RATE}–{MAX_RATE} Hz")
+    parts = list(blocks)
+    audio = np.concatenate(parts) if parts else np.zeros(0, np.float32)
+    if audio.size == 0:
+        raise AudioError(name, "holds no audio samples")
+    if not np.isfinite(audio).all():
+        raise AudioError(name, "holds non-finite samples (NaN or infinity)")
+    return resample(audio, rate, sr) if rate != sr else audio
+
+
+def decode_blocks(name, data):
+    """(sample rate, iterator of mono float32 blocks) of a file that _open made readable:
+    libsndfile's formats by soundfile, the rest by PyAV."""
     check_wav_length(data, name)
     try:
         f = sf.SoundFile(data)
@@ -73,31 +91,50 @@ def load_audio(source, sr=SAMPLE_RATE):
         raise AudioError(name, "is headerless raw audio (for 16 kHz s16 mono, read the bytes "
                                "and use pcm16_to_float32)") from None
     except (sf.SoundFileError, RuntimeError) as e:
-        raise AudioError(name, f"cannot decode audio: {_one_line(e)}") from None
+        if _libsndfile_claims(data):
+            raise AudioError(name, f"cannot decode audio: {_one_line(e)}") from None
+        from . import container
+
+        return container.decode(name, data, tried=f"libsndfile: {_one_line(e)}")
+    return f.samplerate, _sf_blocks(name, f)
+
+
+def _sf_blocks(name, f):
+    # Read in blocks rather than trusting the header's frame count for one allocation: a
+    # damaged header may claim far more frames than the file holds.
     try:
         with f:
-            rate, channels = f.samplerate, f.channels
-            if not MIN_RATE <= rate <= MAX_RATE:
-                raise AudioError(name, f"sample rate {rate} Hz is outside the supported "
-                                       f"{MIN_RATE}–{MAX_RATE} Hz")
-            # Read in blocks rather than trusting the header's frame count for one allocation:
-            # a damaged header may claim far more frames than the file holds.
+            channels, declared, n = f.channels, f.frames, 0
             block = max(1, BLOCK_VALUES // channels)
-            parts = []
             while True:
                 x = f.read(block, dtype="float32", always_2d=True)
-                if len(x):
-                    parts.append(x[:, 0] if channels == 1 else x.mean(axis=1, dtype=np.float32))
+                n += len(x)
                 if len(x) < block:
                     break
+                yield x[:, 0] if channels == 1 else x.mean(axis=1, dtype=np.float32)
+            # an MP3's or FLAC's header says how long it is: a cut-off copy decodes short
+            if 0 < declared < 1 << 62 and (declared - n) / f.samplerate > max(0.5, 0.05 * declared / f.samplerate):
+                raise AudioError(name, f"truncated: its header declares {declared / f.samplerate:.2f} s "
+                                       f"of audio but only {n / f.samplerate:.2f} s decode")
+            if len(x):
+                yield x[:, 0] if channels == 1 else x.mean(axis=1, dtype=np.float32)
     except (sf.SoundFileError, RuntimeError) as e:
         raise AudioError(name, f"cannot decode audio: {_one_line(e)}") from None
-    audio = np.concatenate(parts) if parts else np.zeros(0, np.float32)
-    if audio.size == 0:
-        raise AudioError(name, "holds no audio samples")
-    if not np.isfinite(audio).all():
-        raise AudioError(name, "holds non-finite samples (NaN or infinity)")
-    return resample(audio, rate, sr) if rate != sr else audio
+
+
+# the magic numbers of libsndfile's own containers: a broken one gets libsndfile's reason
+_SNDFILE_MAGIC = (b"RIFF", b"RIFX", b"RF64", b"fLaC", b"FORM", b".snd", b"caff", b"wvpk")
+
+
+def _libsndfile_claims(data):
+    if isinstance(data, str):
+        with open(data, "rb") as f:
+            head = f.read(4)
+    else:
+        data.seek(0)
+        head = data.read(4)
+        data.seek(0)
+    return head[:4] in _SNDFILE_MAGIC
 
 
 def pcm16_to_float32(data):
