@@ -233,21 +233,23 @@ def load_run(url, pid, path, truth, seconds, pause, load_s):
 
     async def all_streams():
         ws = url.replace("http", "ws", 1) + "/stream"
-        return await asyncio.gather(*[stream(ws, x, config={"pause_ms": pause, "partials": True}, pace=1.0,
-                                             linger=10) for _ in range(8)])
+        # events on: the client then knows of every utterance that opened (drafts may all be
+        # dropped under this load) and waits for each one's final before it leaves
+        config = {"pause_ms": pause, "partials": True, "events": True}
+        return await asyncio.gather(*[stream(ws, x, config=config, pace=1.0, linger=10) for _ in range(8)])
 
     results = asyncio.run(all_streams())
     stop.set()
     th.join(600)
     rss1 = rss_mb(pid)
-    lat, got, right = [], 0, 0
+    lat, got, counts = [], 0, {}
     for r in results:
         finals = [(m.at, m.msg) for m in r.messages if m.msg.get("type") == "final"]
         l, c = judge(finals, spans, lambda t: t)
         lat += l
         got += len(finals)
-        right += c["right"]
-    return {"answers": 8 * len(spans), "right": right, "finals": got, "lat": lat, "http": http,
+        counts = {k: counts.get(k, 0) + v for k, v in c.items()}
+    return {"answers": 8 * len(spans), "counts": counts, "finals": got, "lat": lat, "http": http,
             "rss": (rss0, rss1), "waits": health(url)["queue_wait_ms"],
             "errors": sum(len(r.errors) for r in results)}
 
@@ -270,7 +272,7 @@ def main():
           f"{open('/proc/loadavg').read().split()[0]}; {os.cpu_count()} cores")
     print(f"{'model':8} {'compute':8} {'room':8} {'p50':>5} {'p95':>5} {'max':>5}  right stray merged early missed")
     load_done = False
-    for model in a.models.split(","):
+    for model in [m for m in a.models.split(",") if m]:          # --models "": the load run only
         for compute in a.computes.split(","):
             proc, url = start_server(model, "--compute-type", compute)
             try:
@@ -297,7 +299,9 @@ def main():
         w = r["waits"]
         ht = [t for t, _ in r["http"]]
         print(f"\n# load: 8 streams of the quiet room + HTTP, {a.load_s:g} s, {a.load_model} {a.load_compute}")
-        print(f"finals {r['finals']} for {r['answers']} answers, right {r['right']}, stream errors {r['errors']}")
+        c = r["counts"]
+        print(f"finals {r['finals']} for {r['answers']} answers: right {c['right']}, stray {c['stray']}, "
+              f"merged {c['merged']}, early {c['early']}, missed {c['missed']}; stream errors {r['errors']}")
         print(f"end of speech -> final ms at 8 streams: p50 {pct([1000 * v for v in r['lat']], 50):.0f}, "
               f"p95 {pct([1000 * v for v in r['lat']], 95):.0f}, max {1000 * max(r['lat']):.0f}")
         print(f"queue wait ms: final {w['final']}, draft {w['draft']}, finals overtaken by drafts "

@@ -27,7 +27,7 @@ openai = pytest.importorskip("openai")
 websockets = pytest.importorskip("websockets")
 
 TOKEN = "realtime-token"
-CLIPS = ["cards/001.wav", "cards/005.wav", "cards/002.wav"]   # 005 is 3.5 s: deltas before it ends
+CLIPS = ["cards/001.wav", "cards/005.wav"]        # 005 is 3.5 s: deltas before it ends
 GA_SESSION = {"type": "transcription", "audio": {"input": {
     "format": {"type": "audio/pcm", "rate": 24000},
     "transcription": {"model": "whisper-1", "language": "en"},
