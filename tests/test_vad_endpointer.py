@@ -192,6 +192,56 @@ def test_a_louder_voice_after_a_close_only_raises_the_level():
     assert ep.speech_db > -20
 
 
+def test_an_utterance_that_never_reaches_the_speakers_level_is_dropped():
+    """A quieter voice 6 dB under the speaker passes the opening gate (7 dB) for half a second:
+    it opens an utterance, but its loudest chunk stays under the speaker's level - REACH_DB, so
+    it is dropped when it would close (Drop "quiet", no End); the speaker's next words are
+    theirs. With the gate off (near_db 0) the same voice ends as an utterance of its own."""
+    script = ([(0.01, -70.0)] * 20 + [(0.9, -20.0)] * 30 + [(0.01, -70.0)] * 30
+              + [(0.9, -26.0)] * 16 + [(0.01, -70.0)] * 30 + [(0.9, -20.0)] * 30 + [(0.01, -70.0)] * 30)
+    for near_db, kinds in ((10.0, ["start", "end", "start", "drop", "start", "end"]),
+                           (0.0, ["start", "end", "start", "end", "start", "end"])):
+        ep = Endpointer(EndpointerOptions(pause_ms=320, near_db=near_db, level_ms=0))
+        evs = []
+        for p, db in script:
+            evs += ep.step(p, db)
+        assert [e.kind for e in evs] == kinds, (near_db, evs)
+    assert [e.why for e in evs if e.kind == "drop"] == []
+    ep = Endpointer(EndpointerOptions(pause_ms=320, level_ms=0))
+    drops = [e for p, db in script for e in ep.step(p, db) if e.kind == "drop"]
+    assert [(d.seg, d.why) for d in drops] == [(2, "quiet")]
+
+
+def blip_scene():
+    """The speaker's answers, and between the second and third a half-second burst of another
+    reader whose loudest 32 ms chunk is 4 dB under the speaker's level: near enough to open an
+    utterance, never as near as the speaker's own words come."""
+    s = speaker_scene()
+    s.noise(-65)
+    other = load(OTHER[0])
+    a, _ = extent(other)
+    burst = other[int(a * SR):int((a + 0.5) * SR)]
+    n = 512
+    chunk_db = lambda x: 10 * np.log10((x[:len(x) // n * n].reshape(-1, n) ** 2).mean(1) + 1e-12)
+    speaker = np.concatenate([load(c) for c in SPEAKER])
+    level = float(np.percentile(chunk_db(speaker)[chunk_db(speaker) > chunk_db(speaker).max() - 35], 90))
+    gain = level - 4 - chunk_db(burst).max()
+    gap0, gap1 = s.truth[1][1], s.truth[2][0]
+    s.x[int((gap0 + gap1) / 2 * SR) - len(burst) // 2:][:len(burst)] += burst * 10 ** (gain / 20)
+    return s, (gap0, gap1)
+
+
+def test_a_quieter_voices_burst_between_answers_is_no_answer():
+    """Real speech (Silero on our kernels): the burst opens an utterance and is dropped as
+    "quiet"; the answers are the only utterances that end. (Before REACH_DB the burst ended as
+    an utterance of its own: the television room's stray final.)"""
+    s, (gap0, gap1) = blip_scene()
+    events = run(s.audio(), EndpointerOptions(pause_ms=300))
+    drops = [e for e in events if e.kind == "drop"]
+    assert [d.why for d in drops] == ["quiet"] and gap0 < drops[0].at < gap1 + 1.0, drops
+    assert_boundaries(ends(events), s.truth)
+
+
 def test_without_the_gate_the_other_voice_holds_utterances_open():
     """The contrast: --legacy (no gate, no room) merges the speaker with the other voice."""
     s = second_voice_scene()

@@ -56,7 +56,9 @@ def vad(audio, partials, pause, legacy, energy, near_db, threshold, max_utt_ms, 
                        f"p_noise {e.p_noise:.2f}  threshold {e.threshold:.2f}  pause "
                        f"{e.pause_ms} ms")
         elif e.kind == "drop":
-            click.echo(f"      drop  utterance {e.seg} at {_t(e.at)}: a nearer voice came; it was someone else's")
+            why = ("a nearer voice came" if e.why == "nearer"
+                   else "its voice never reached the speaker's level")
+            click.echo(f"      drop  utterance {e.seg} at {_t(e.at)}: {why}; it was someone else's")
         elif e.kind == "end":
             click.echo(f"[{_t(e.t0)} --> {_t(e.t1)}]  speech {_t(e.speech_t0)} --> "
                        f"{_t(e.speech_t1)}  closed {_t(e.at)} ({e.reason})")

@@ -25,6 +25,9 @@ What it measures as it goes (docs/STREAMING.md has the whole picture):
 - a nearer voice: 3 chunks of a run 6 dB above the speaker's level become the speaker's level;
   before any utterance has closed, the open one (opened on the quieter voice, the only level
   known then) is dropped (Drop: no End follows);
+- an utterance whose loudest chunk of voice never came within REACH_DB of the speaker's level
+  is someone else's too (a quieter voice's few loud syllables can open one; the speaker's words
+  always reach their own level): when it would close, it is dropped instead (Drop);
 - the closing pause, learned from the speaker's own gaps: 1.3 x their 90th percentile + 150 ms,
   within min_pause_ms..max_pause_ms, starting at start_pause_ms; a close followed quickly by more
   speech counts as a gap, so a speaker who keeps being cut mid-sentence stops being cut;
@@ -66,6 +69,9 @@ OPEN_MARGIN_DB = 3.0          # opening asks a voice 3 dB nearer than continuing
                               # as the threshold's): a quieter voice's louder run opens nothing
 LOUDER_DB = 6.0               # NEAR_CHUNKS of them this far above the speaker's level are a nearer
                               # voice, whose level is the speaker's from then on
+REACH_DB = 3.0                # an utterance's loudest voice chunk comes this near the speaker's
+                              # level, or it was someone else's (built rooms: the speaker's
+                              # answers +0.9..+6.3 dB, a television's blip 12 dB below: -4.7)
 
 
 @dataclass(frozen=True)
@@ -138,10 +144,12 @@ class Partial:
 
 @dataclass(frozen=True)
 class Drop:
-    """Utterance `seg` was someone else's (a louder voice, the speaker's, came): no End follows."""
+    """Utterance `seg` was someone else's: no End follows. why: "nearer" (a louder voice, the
+    speaker's, came) or "quiet" (its voice never reached the speaker's level)."""
 
     seg: int
     at: float
+    why: str = "nearer"
     kind: str = field(default="drop", init=False)
 
 
@@ -259,6 +267,8 @@ class Endpointer:
         if voiced:
             if self.open or self.pending:
                 self.voice.append(level_db)
+            if self.open:
+                self.peak = max(self.peak, level_db)
         else:
             self.noise.append(level_db)
         if level_db <= self.noise_db + NOISE_BAND_DB:
@@ -289,7 +299,7 @@ class Endpointer:
                 events.append(Partial(self.seg, _s(self.t0), _s(n + 1), _s(n + 1)))
             silent_ms = (n + 1 - self.speech_end) * CHUNK_MS
             if silent_ms >= self.pause_ms:
-                events.append(self._close("pause", n + 1))
+                events.append(self._finish("pause", n + 1))
             elif o.stops and not voiced and silent_ms == self.tail_ms // CHUNK_MS * CHUNK_MS:
                 events.append(Stop(self.seg, _s(self.t0), _s(n + 1), _s(self.speech_start),
                                    _s(self.speech_end), _s(n + 1)))
@@ -303,12 +313,12 @@ class Endpointer:
     # -- commands -----------------------------------------------------------------------------
 
     def end(self):
-        """The client says the utterance is over: close it now. Returns [End] or []."""
-        return [self._close("end", self.n)] if self.open else []
+        """The client says the utterance is over: close it now. Returns [End] (or [Drop]) or []."""
+        return [self._finish("end", self.n)] if self.open else []
 
     def flush(self):
-        """The stream ended: close what is open. Returns [End] or []."""
-        return [self._close("eof", self.n)] if self.open else []
+        """The stream ended: close what is open. Returns [End] (or [Drop]) or []."""
+        return [self._finish("eof", self.n)] if self.open else []
 
     def reset(self):
         """Forget the open utterance (no End for it); the room and the learned pause stay."""
@@ -382,6 +392,7 @@ class Endpointer:
         self.t0 = self.speech_start = self.speech_end = 0
         self.candidates = []                          # (silence start, silence end) chunks
         self.voiced_since_partial = 0
+        self.peak = -200.0                            # the loudest voice chunk since it opened
 
     def _open(self, first, n):
         o = self.o
@@ -393,6 +404,7 @@ class Endpointer:
                 self._gap((first - speech_t1) * CHUNK_MS)
         # Silero is sure only some chunks into a word: start where the sound rose from the floor
         levels = list(self.history)                   # levels[-1] is chunk n
+        self.peak = max(levels[first - n - 1:])       # the voice that opened it
         voice = self.speech_db if self.speech_db is not None else max(levels[first - n - 1:])
         onset = max(self.noise_db + MIN_SNR_DB, voice - QUIET_DB)
         back = first
@@ -409,6 +421,16 @@ class Endpointer:
         self.pending.clear()
         self.candidates = []
         return [Start(self.seg, _s(self.t0), _s(first), _s(n + 1))]
+
+    def _finish(self, reason, at):
+        """The open utterance's End — or its Drop, if its voice never reached the speaker's
+        level (someone else's: nothing of it is the speaker's, so it teaches nothing)."""
+        if (self.o.near_db > 0 and self.speech_db is not None and self.closes
+                and self.peak < self.speech_db - REACH_DB):
+            seg = self.seg
+            self._forget()
+            return Drop(seg, _s(at), "quiet")
+        return self._close(reason, at)
 
     def _close(self, reason, at, speech_end=None):
         speech_end = self.speech_end if speech_end is None else speech_end
