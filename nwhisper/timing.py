@@ -21,6 +21,8 @@ import string
 import numba
 import numpy as np
 
+from .alignment_heads import alignment_heads
+
 TOKENS_PER_SECOND = 50          # encoder positions per second: 16000 / 160 / 2
 MEDFILT_WIDTH = 7
 
@@ -116,13 +118,6 @@ class _Timing:
 
     def __init__(self, word, tokens, start, end, probability):
         self.word, self.tokens, self.start, self.end, self.probability = word, tokens, start, end, probability
-
-
-def alignment_heads(ck, dims):
-    heads = ck.alignment_heads
-    if not heads:       # openai's default: every head of the last half of the decoder layers
-        heads = [(l, h) for l in range(dims.n_text_layer // 2, dims.n_text_layer) for h in range(dims.n_text_head)]
-    return [(int(l), int(h)) for l, h in heads]
 
 
 def find_alignment(tr, enc, lang, task, text_tokens, num_frames):
