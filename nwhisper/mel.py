@@ -31,6 +31,7 @@ N_SAMPLES = CHUNK_LENGTH * SAMPLE_RATE      # 480000 samples in a 30 s window
 N_FRAMES = N_SAMPLES // HOP_LENGTH          # 3000 frames in a 30 s window
 N_FREQ = N_FFT // 2 + 1                     # 201 DFT bins
 LOG_FLOOR = -10.0                           # log10 of the 1e-10 power floor
+BLOCK_FRAMES = 3000                         # frames transformed at once (their float64 buffers)
 
 
 def _hz_to_mel(f):
@@ -124,12 +125,38 @@ def log_mel(audio, n_mels=80, n_frames=None, be=None):
     total = n_frames * HOP_LENGTH           # the (virtually) zero-padded length
     # Frames whose 400-sample window touches the audio; every later frame sees only zeros.
     live = min(n_frames, (n + N_FFT // 2) // HOP_LENGTH + 1) if n else 0
-    # The centre-padded signal as far as the live frames reach: reflect-padded at the start (and
-    # at the end when the audio fills the window), zeros after the audio, as torch.stft sees it.
-    x = np.zeros(total, np.float64)
-    x[:min(n, total)] = audio[:total]
-    padded = np.pad(x, N_FFT // 2, mode="reflect")[:live * HOP_LENGTH + N_FFT]
     window, cos_t, sin_t, filters = _tables(be, n_mels)
     out = be.empty((n_frames, n_mels), np.float32)
-    spectral.log_mel(be, be.upload(padded), window, cos_t, sin_t, filters, live, HOP_LENGTH, out)
+    tables = (window, cos_t, sin_t, filters)
+    if live <= BLOCK_FRAMES:
+        signal = be.upload(_padded(audio, total, 0, live * HOP_LENGTH + N_FFT))
+        spectral.log_mel(be, signal, *tables, live, HOP_LENGTH, out)
+        return out
+    # A long recording, block by block (the float64 frames of the whole of it would be ~1.3 GB
+    # an hour): first the clamp's reference, the loudest frame of all, then each block
+    # normalised against it — the same numbers as one pass, frame for frame.
+    blocks = [(f, min(f + BLOCK_FRAMES, live)) for f in range(0, live, BLOCK_FRAMES)]
+
+    def signal(f0, f1):
+        return be.upload(_padded(audio, total, f0 * HOP_LENGTH, (f1 - 1) * HOP_LENGTH + N_FFT))
+
+    top = max(spectral.log_mel_peak(be, signal(f0, f1), *tables, f1 - f0, HOP_LENGTH, n_mels)
+              for f0, f1 in blocks)
+    for f0, f1 in blocks:
+        spectral.log_mel(be, signal(f0, f1), *tables, f1 - f0, HOP_LENGTH, out[f0:f1], top=top)
+    if live < n_frames:
+        spectral.log_mel(be, None, *tables, 0, HOP_LENGTH, out[live:], top=top)
     return out
+
+
+def _padded(audio, total, lo, hi):
+    """Samples lo..hi of the centre-padded signal, float64, as torch.stft sees it: the audio
+    zero-extended to `total` samples, reflected (without its edge sample) at both ends of that,
+    and shifted by N_FFT/2."""
+    i = np.arange(lo, hi) - N_FFT // 2
+    i = np.where(i < 0, -i, i)
+    i = np.where(i >= total, 2 * (total - 1) - i, i)
+    x = np.zeros(hi - lo, np.float64)
+    inside = i < len(audio)
+    x[inside] = audio[i[inside]]
+    return x

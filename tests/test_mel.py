@@ -61,3 +61,32 @@ def test_only_the_audio_is_transformed():
     spec = np.log10(np.maximum((np.abs(np.fft.rfft(frames)) ** 2) @ M.mel_filters(80).T, 1e-10))
     spec = (np.maximum(spec, spec.max() - 8) + 4) / 4
     assert np.abs(spec - full).max() < 1e-6
+
+
+@pytest.mark.parametrize("seconds,n_frames", [(63.3, None), (63.3, "long-form"), (30.0, 3000),
+                                              (29.99, 3000), (4.4, 3000), (0.03, None)])
+def test_block_by_block_is_the_one_pass_spectrogram(monkeypatch, seconds, n_frames):
+    """A long recording's log-mel is made in blocks of frames (bounded memory), clamped to the
+    loudest frame of all: the same float32 numbers as one pass over the whole signal, which is
+    HF's (test_log_mel_matches_hf). Blocks of 700 frames here, so every case is cut."""
+    x = load_audio(os.path.join(HERE, "..", "fixtures", "espeak", "en-63s.flac"))[:int(seconds * M.SAMPLE_RATE)]
+    nf = len(x) // M.HOP_LENGTH + 1 if n_frames == "long-form" else n_frames
+    monkeypatch.setattr(M, "BLOCK_FRAMES", 10 ** 9)
+    whole = M.log_mel(x, 80, nf).copy()
+    monkeypatch.setattr(M, "BLOCK_FRAMES", 700)
+    np.testing.assert_array_equal(M.log_mel(x, 80, nf), whole)
+
+
+def test_the_padded_signal_is_torch_stfts():
+    """The centre padding built piecewise = the whole signal zero-extended, then np.pad's reflect
+    (torch.stft's center=True), for audio shorter than, equal to and longer than the window."""
+    rng = np.random.default_rng(0)
+    for n, n_frames in [(1000, 6), (480000, 3000), (479963, 3000), (480150, 3000), (401, 3), (5, 3000)]:
+        audio = rng.standard_normal(n).astype(np.float32)
+        total = n_frames * M.HOP_LENGTH
+        live = min(n_frames, (n + M.N_FFT // 2) // M.HOP_LENGTH + 1)
+        x = np.zeros(total, np.float64)
+        x[:min(n, total)] = audio[:total]
+        want = np.pad(x, M.N_FFT // 2, mode="reflect")[:live * M.HOP_LENGTH + M.N_FFT]
+        np.testing.assert_array_equal(M._padded(audio, total, 0, len(want)), want)
+        np.testing.assert_array_equal(M._padded(audio, total, 333, len(want)), want[333:])

@@ -83,17 +83,39 @@ def stft_power(be, signal, window, cos_t, sin_t, power, hop):
     be.launch(stft_power_frame, frames, signal, window, cos_t, sin_t, power, hop, n_fft, n_freq)
 
 
-def log_mel(be, signal, window, cos_t, sin_t, filters, live, hop, out):
-    """out (n_frames, n_mels) f32 = Whisper's normalised log-mel; only the first `live` frames
-    see audio (the rest are the zero-frame's floor, not transformed)."""
-    n_frames, n_mels = out.shape
+def _log_frames(be, signal, window, cos_t, sin_t, filters, live, hop, n_mels):
+    """logspec (live, n_mels) f64: log10 of the mel power of `signal`'s first `live` frames."""
     n_freq = cos_t.shape[0]
     power = be.scratch("mel_power", (max(live, 1), n_freq), np.float64)
     logspec = be.scratch("mel_logspec", (max(live, 1), n_mels), np.float64)
     if live:
-        top = be.scratch("mel_top", (1,), np.float64)
         stft_power(be, signal, window, cos_t, sin_t, power, hop)
         be.launch(mel_log_frame, live, power, filters, logspec, n_mels, n_freq)
+    return logspec
+
+
+def log_mel_peak(be, signal, window, cos_t, sin_t, filters, live, hop, n_mels):
+    """The largest log10 mel power of `signal`'s first `live` frames (a float; −10 if none):
+    the clamp's reference, for a spectrogram made block by block."""
+    if not live:
+        return -10.0
+    logspec = _log_frames(be, signal, window, cos_t, sin_t, filters, live, hop, n_mels)
+    top = be.scratch("mel_top", (1,), np.float64)
+    be.launch(mel_max, 1, logspec, live, top)
+    return float(be.download(top)[0])
+
+
+def log_mel(be, signal, window, cos_t, sin_t, filters, live, hop, out, top=None):
+    """out (n_frames, n_mels) f32 = Whisper's normalised log-mel; only the first `live` frames
+    see audio (the rest are the zero-frame's floor, not transformed). top: the clamp's
+    reference (log_mel_peak of the whole recording, when `signal` is one block of it); None:
+    this signal's own."""
+    n_frames, n_mels = out.shape
+    logspec = _log_frames(be, signal, window, cos_t, sin_t, filters, live, hop, n_mels)
+    if top is not None:
+        top = be.upload(np.array([top], np.float64))
+    elif live:
+        top = be.scratch("mel_top", (1,), np.float64)
         be.launch(mel_max, 1, logspec, live, top)
     else:                                   # no audio at all: every frame is the floor
         top = be.upload(np.array([-10.0]))
