@@ -67,12 +67,11 @@ def load_audio(source, sr=SAMPLE_RATE):
     Channels are averaged; the result is resampled when the file's rate differs from `sr`.
     """
     name, data = _open(source)
-    rate, blocks = decode_blocks(name, data)
+    rate, blocks, frames = decode_blocks(name, data)
     if not MIN_RATE <= rate <= MAX_RATE:
         raise AudioError(name, f"sample rate {rate} Hz is outside the supported "
                                f"{MIN_RATE}–{MAX_RATE} Hz")
-    parts = list(blocks)
-    audio = np.concatenate(parts) if parts else np.zeros(0, np.float32)
+    audio = _gather(blocks, frames)
     if audio.size == 0:
         raise AudioError(name, "holds no audio samples")
     if not np.isfinite(audio).all():
@@ -80,9 +79,22 @@ def load_audio(source, sr=SAMPLE_RATE):
     return resample(audio, rate, sr) if rate != sr else audio
 
 
+def _gather(blocks, hint):
+    """The blocks end to end in one array, allocated once for `hint` samples (the header's
+    count; a damaged header may say anything, so it is capped, and the array grows if needed)."""
+    out = np.empty(min(max(hint or 0, 1), 1 << 27), np.float32)
+    n = 0
+    for b in blocks:
+        if n + len(b) > len(out):
+            out = np.resize(out, max(n + len(b), len(out) * 3 // 2))
+        out[n:n + len(b)] = b
+        n += len(b)
+    return out[:n] if len(out) - n <= len(out) // 10 else out[:n].copy()   # a little slack: no copy
+
+
 def decode_blocks(name, data):
-    """(sample rate, iterator of mono float32 blocks) of a file that _open made readable:
-    libsndfile's formats by soundfile, the rest by PyAV."""
+    """(sample rate, iterator of mono float32 blocks, the sample count its header declares or 0)
+    of a file that _open made readable: libsndfile's formats by soundfile, the rest by PyAV."""
     check_wav_length(data, name)
     try:
         f = sf.SoundFile(data)
@@ -96,7 +108,8 @@ def decode_blocks(name, data):
         from . import container
 
         return container.decode(name, data, tried=f"libsndfile: {_one_line(e)}")
-    return f.samplerate, _sf_blocks(name, f)
+    declared = f.frames if 0 < f.frames < 1 << 62 else 0
+    return f.samplerate, _sf_blocks(name, f), declared
 
 
 def _sf_blocks(name, f):
@@ -167,7 +180,7 @@ def resample(x, sr_in, sr_out=SAMPLE_RATE):
     left, right, taps = _reach(up, down)
     xp = np.zeros(left + len(x) + right, np.float32)     # the last i0 is len(x) - 1
     xp[left:left + len(x)] = x
-    y = np.zeros(n_out, np.float64)
+    y = np.zeros(n_out, np.float32)        # each output rounded once, from a float64 sum
     # The first output of phase p is the n in [0, up) with n · down ≡ p (mod up).
     first_of_phase = np.zeros(up, np.int64)
     first_of_phase[(np.arange(up) * down) % up] = np.arange(up)
@@ -178,7 +191,7 @@ def resample(x, sr_in, sr_out=SAMPLE_RATE):
         for p0 in range(0, up, rows):
             table = _phase_table(up, down, p0, min(up, p0 + rows))
             _apply_phases(xp, table, first_of_phase[p0:p0 + len(table)], up, down, y)
-    return y.astype(np.float32)
+    return y
 
 
 class StreamResampler:
@@ -226,11 +239,11 @@ class StreamResampler:
             return np.zeros(0, np.float32)
         k = self._done // up              # start at an output whose phase is 0: i0 = k · down
         base = k * down - self.left - self._start
-        y = np.zeros(upto - k * up, np.float64)
+        y = np.zeros(upto - k * up, np.float32)
         first = np.zeros(up, np.int64)
         first[(np.arange(up) * down) % up] = np.arange(up)
         _apply_phases(self._x[base:], _whole_table(up, down), first, up, down, y)
-        out = y[self._done - k * up:].astype(np.float32)
+        out = y[self._done - k * up:]
         self._done = upto
         keep = (self._done // up) * down - self.left - self._start   # the next call's base
         self._x, self._start = self._x[keep:], self._start + keep
@@ -278,7 +291,8 @@ def _whole_table(up, down):
 @numba.njit(cache=True, nogil=True, fastmath=True)
 def _apply_phases(xp, table, first, up, down, y):
     """For each phase row r: y[n] = Σ_m table[r, m] · xp[n · down // up + m] for the outputs
-    n = first[r], first[r] + up, … of that phase.  xp: zero-padded input (float32), y: float64."""
+    n = first[r], first[r] + up, … of that phase.  xp: zero-padded input (float32), y: float32
+    (the sum is float64, rounded once as it is stored)."""
     taps = table.shape[1]
     for r in range(table.shape[0]):
         for n in range(first[r], y.shape[0], up):

@@ -20,8 +20,9 @@ from .audio import AudioError
 
 
 def decode(name, source, block=1 << 20, tried=None):
-    """(sample rate, iterator of mono float32 blocks of about `block` samples) of `source`'s first
-    audio stream; `source` is a path or a seekable binary file object. `tried`: why another
+    """(sample rate, iterator of mono float32 blocks of about `block` samples, the sample count
+    the container declares or 0) of `source`'s first audio stream; `source` is a path or a
+    seekable binary file object. `tried`: why another
     decoder refused it, said beside FFmpeg's reason when FFmpeg refuses it too."""
     import av
 
@@ -43,7 +44,8 @@ def decode(name, source, block=1 << 20, tried=None):
     except BaseException:
         container.close()
         raise
-    return rate, _blocks(name, container, stream, rate, block)
+    declared = _declared_s(container, stream)
+    return rate, _blocks(name, container, stream, rate, block), int(declared * rate) if declared else 0
 
 
 def _blocks(name, container, stream, rate, block):
