@@ -17,6 +17,6 @@ import os
 os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
 
 from .api import WhisperModel, load  # noqa: E402
-from .transcribe import Segment, TranscriptionInfo  # noqa: E402
+from .records import Segment, TranscribeOptions, TranscriptionInfo, Word  # noqa: E402
 
-__all__ = ["load", "WhisperModel", "Segment", "TranscriptionInfo"]
+__all__ = ["load", "WhisperModel", "Segment", "Word", "TranscriptionInfo", "TranscribeOptions"]

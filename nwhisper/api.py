@@ -11,6 +11,8 @@ only for its own audio (this is the seam the server stands on).
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from . import backend as B
@@ -18,7 +20,8 @@ from .io.audio import load_audio
 from .io.registry import DEFAULT_MODEL, load_checkpoint
 from .model import Whisper
 from .tokenizer import Tokenizer
-from .transcribe import TranscribeOptions, Transcriber, transcribe_speech
+from .records import TranscribeOptions
+from .transcribe import Transcriber, transcribe_speech
 
 
 class WhisperModel:
@@ -52,32 +55,29 @@ class WhisperModel:
             return "en", 1.0, {"en": 1.0}
         # the first window as openai-whisper and faster-whisper cut it: the log-mel of the audio,
         # zero-padded to 30 s in the normalised log-mel domain
-        from .transcribe import _pad_window
-
         samples = _samples(audio)
         n_frames = 2 * self.dims.n_audio_ctx
         content = min(len(samples), M.N_SAMPLES) // M.HOP_LENGTH
         mel = M.log_mel(samples[:M.N_SAMPLES], self.dims.n_mels, content + n_frames)
-        enc = self.model.encode(_pad_window(mel[:content], 0, n_frames))
+        enc = self.model.encode(M.pad_frames(mel[:content], 0, n_frames))
         probs, best = detect_language(self.model, self.tokenizer, enc)
         return best, probs[best], probs
 
-    def transcribe(self, audio, language=None, task="transcribe", max_tokens=224,
-                   timestamps=False, condition_on_previous_text=True, beam_size=None, best_of=5,
-                   patience=1.0, temperature=0.0, compression_ratio_threshold=2.4,
-                   logprob_threshold=-1.0, no_speech_threshold=0.6, word_timestamps=False,
-                   hallucination_silence_threshold=None, vad=False, initial_prompt=None, audio_ctx=None,
-                   progress=None, on_segments=None, cancelled=None):
+    def transcribe(self, audio, *, vad=False, progress=None, on_segments=None, cancelled=None,
+                   **options):
         """audio: a path, bytes, or 16 kHz mono float32 samples → ([Segment], TranscriptionInfo).
 
-        language: a code (any case; an unknown one is named in the error), None to detect it on a
-        multilingual model. temperature: a number, or a sequence for openai's fallback ladder
-        (`transcribe.FALLBACK_TEMPERATURES`). no_speech_threshold: None or ≥ 1 never skips a
-        window. hallucination_silence_threshold: seconds; with word_timestamps, skip silences
-        longer than this around text that looks made up (openai's option and rules; None: off).
-        initial_prompt: text the first window is conditioned on (openai's).
-        audio_ctx: encoder positions (whisper.cpp's option; None: the model's, 30 s): fewer
-        encode only audio_ctx · 20 ms, for audio that fits in it (a live stream's drafts).
+        options: TranscribeOptions' fields (records.py holds each one's default): language (a
+        code in any case, an unknown one named in the error; None detects it on a multilingual
+        model), task, max_tokens, timestamps, condition_on_previous_text, beam_size, best_of,
+        patience, temperature (a number, or a sequence for openai's fallback ladder,
+        `records.FALLBACK_TEMPERATURES`), compression_ratio_threshold, logprob_threshold,
+        no_speech_threshold (None or ≥ 1: never skip a window), word_timestamps,
+        hallucination_silence_threshold (seconds; with word_timestamps, skip silences longer than
+        this around text that looks made up: openai's option and rules), initial_prompt (text
+        the first window is conditioned on), audio_ctx (encoder positions, whisper.cpp's option;
+        fewer than the model's 30 s encode only audio_ctx · 20 ms, for audio that fits in it: a
+        live stream's drafts).
         vad: transcribe only the speech, joined, with times on the recording's clock — True or
         "silero" (Silero VAD with faster-whisper's vad_filter options: threshold 0.5,
         min_silence 2000 ms, speech_pad 400 ms), "energy" (the energy detector), a detector
@@ -85,34 +85,21 @@ class WhisperModel:
         samples. progress(done_s, total_s): called after every long-form window. on_segments(new):
         called with each window's new segments as they are decoded (with vad, on the joined
         speech's clock; the returned segments are on the recording's). cancelled(): asked after
-        each encoder pass; True raises nwhisper.transcribe.Cancelled before any decoding (a live
+        each encoder pass; True raises nwhisper.records.Cancelled before any decoding (a live
         stream's speculative final that more speech made stale)."""
-        if task not in ("transcribe", "translate"):
-            raise ValueError(f"task must be 'transcribe' or 'translate', not {task!r}")
-        if task == "translate" and not self.dims.is_multilingual:
+        unknown = sorted(set(options) - {f.name for f in dataclasses.fields(TranscribeOptions)})
+        if unknown:
+            raise TypeError(f"transcribe() got an unknown option {unknown[0]!r}; the options are "
+                            f"TranscribeOptions' fields")
+        opts = TranscribeOptions(**options)
+        if opts.task == "translate" and not self.dims.is_multilingual:
             raise ValueError("this model is English-only: it cannot translate")
-        if language is not None:
-            language = normalize_language(language)
+        if opts.language is not None:
+            language = normalize_language(opts.language)
             self.tokenizer.language_id(language)    # an unknown code is named in the error
             if not self.dims.is_multilingual and language != "en":
                 raise ValueError(f"this model is English-only; it cannot transcribe language '{language}'")
-        if beam_size is not None and beam_size < 1:
-            raise ValueError(f"beam_size must be at least 1, not {beam_size}")
-        if hallucination_silence_threshold is not None:
-            if not word_timestamps:
-                raise ValueError("hallucination_silence_threshold needs word_timestamps=True")
-            if not hallucination_silence_threshold >= 0:
-                raise ValueError(f"hallucination_silence_threshold must be ≥ 0 seconds, "
-                                 f"not {hallucination_silence_threshold}")
-        temps = tuple(float(t) for t in temperature) if isinstance(temperature, (tuple, list)) else (float(temperature),)
-        opts = TranscribeOptions(
-            language=language, task=task, max_tokens=max_tokens, timestamps=timestamps,
-            condition_on_previous_text=condition_on_previous_text, beam_size=beam_size,
-            best_of=best_of, patience=patience, temperature=temps,
-            compression_ratio_threshold=compression_ratio_threshold,
-            logprob_threshold=logprob_threshold, no_speech_threshold=no_speech_threshold,
-            word_timestamps=word_timestamps, hallucination_silence_threshold=hallucination_silence_threshold,
-            initial_prompt=initial_prompt, audio_ctx=audio_ctx)
+            opts = dataclasses.replace(opts, language=language)
         samples = _samples(audio)
         if vad is not None and vad is not False:
             return transcribe_speech(self._transcriber, samples, opts, "silero" if vad is True else vad,

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import kernels as K
+from .records import TranscribeOptions
 
 NEG_INF = np.float32(-np.inf)
 
@@ -41,7 +42,7 @@ NEG_INF = np.float32(-np.inf)
 class DecodingOptions:
     task: str = "transcribe"            # or "translate" (multilingual models)
     language: str | None = None         # None: English on .en models, else detected beforehand
-    max_tokens: int = 224               # per window (openai-whisper's sample_len: n_text_ctx // 2)
+    max_tokens: int = TranscribeOptions.max_tokens   # per window (openai's sample_len: n_text_ctx // 2)
     timestamps: bool = False            # decode Whisper's timestamp tokens
     max_initial_timestamp: float = 1.0  # the first timestamp may not exceed this (seconds)
     prompt: tuple = ()                  # previous text tokens (conditioning), without <|startofprev|>

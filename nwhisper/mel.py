@@ -160,3 +160,14 @@ def _padded(audio, total, lo, hi):
     inside = i < len(audio)
     x[inside] = audio[i[inside]]
     return x
+
+
+def pad_frames(mel, seek, n_frames):
+    """mel[seek : seek+n] zero-padded (in the normalised log-mel domain) to n_frames rows: a
+    window of a recording's log-mel, as openai-whisper and faster-whisper cut the last one."""
+    seg = mel[seek:seek + n_frames]
+    if len(seg) == n_frames:
+        return np.ascontiguousarray(seg)
+    out = np.zeros((n_frames, mel.shape[1]), np.float32)
+    out[:len(seg)] = seg
+    return out

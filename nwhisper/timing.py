@@ -22,6 +22,7 @@ import numba
 import numpy as np
 
 from .alignment_heads import alignment_heads
+from .records import Word
 
 TOKENS_PER_SECOND = 50          # encoder positions per second: 16000 / 160 / 2
 MEDFILT_WIDTH = 7
@@ -185,7 +186,6 @@ def add_word_timestamps(tr, segments, enc, lang, opts, num_frames, time_offset, 
     """Fill `segment.words` for one window's segments (openai's add_word_timestamps); segment
     start/end may move to their words'. `last_speech`: where speech last ended before this
     window (the long-form loop keeps it, as openai's last_speech_timestamp)."""
-    from .transcribe import Word
 
     eot = tr.tok.eot
     per_seg = [[t for t in s.tokens if t < eot] for s in segments]

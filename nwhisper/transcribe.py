@@ -1,4 +1,6 @@
-"""From a recording to segments of text: 30 s windows, the two conventions, the public records.
+"""From a recording to segments of text: 30 s windows and the two conventions.
+
+The records it returns (Segment, Word, TranscriptionInfo) and its options are in records.py.
 
 Whisper's encoder sees exactly 30 s (its positional embedding has 1500 rows), so a recording is
 transcribed window by window. Two conventions, each chosen to match a reference exactly:
@@ -19,12 +21,13 @@ transcribed window by window. Two conventions, each chosen to match a reference 
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
 
 import numpy as np
 
 from . import mel as M
 from .decoding import DecodingOptions, GreedyDecoder, detect_language
+from .records import Cancelled, Segment, TranscribeOptions, TranscriptionInfo
+from .timing import add_word_timestamps
 from .vad import regions
 
 INPUT_STRIDE = 2                  # mel frames per encoder position (conv2 has stride 2)
@@ -33,90 +36,11 @@ FRAME_SECONDS = M.HOP_LENGTH / M.SAMPLE_RATE   # 10 ms
 FRAMES_PER_SECOND = M.SAMPLE_RATE // M.HOP_LENGTH   # 100 (seconds → frames as openai rounds them)
 
 
-@dataclass
-class Segment:
-    """One piece of the transcript (faster-whisper's record, field for field where it has one)."""
-
-    id: int
-    seek: int                     # the window's start, in mel frames
-    start: float                  # seconds on the recording's clock
-    end: float
-    text: str
-    tokens: list
-    avg_logprob: float
-    no_speech_prob: float
-    temperature: float = 0.0
-    compression_ratio: float = 0.0
-    words: list | None = None     # [Word] with word timestamps
-
-
-@dataclass
-class Word:
-    start: float
-    end: float
-    word: str
-    probability: float
-
-
-@dataclass(frozen=True)
-class TranscribeOptions:
-    """The window loop's policy: openai-whisper's transcribe() arguments and defaults, except
-    the temperature — a single 0.0 (no fallback) unless the fallback ladder is asked for."""
-
-    language: str | None = None
-    task: str = "transcribe"
-    max_tokens: int = 224
-    timestamps: bool = False
-    condition_on_previous_text: bool = True
-    beam_size: int | None = None
-    best_of: int | None = 5
-    patience: float = 1.0
-    temperature: tuple = (0.0,)                 # openai's fallback: FALLBACK_TEMPERATURES
-    compression_ratio_threshold: float | None = 2.4
-    logprob_threshold: float | None = -1.0
-    no_speech_threshold: float | None = 0.6     # None or ≥ 1: never skip a window
-    word_timestamps: bool = False
-    hallucination_silence_threshold: float | None = None   # s; with word timestamps (openai's)
-    initial_prompt: str | None = None           # text given as the previous text of the first window
-    audio_ctx: int | None = None                # encoder positions (whisper.cpp's audio_ctx):
-                                                # None = the model's (30 s); fewer encode only
-                                                # audio_ctx · 20 ms (short-form only)
-    prepend_punctuations: str = "\"'“¿([{-"
-    append_punctuations: str = "\"'.。,，!！?？:：”)]}、"
-
-
-FALLBACK_TEMPERATURES = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
-
-
-class Cancelled(Exception):
-    """transcribe(cancelled=…) said stop: the result was no longer wanted."""
-
-
-@dataclass
-class TranscriptionInfo:
-    language: str
-    language_probability: float
-    duration: float               # seconds of audio
-    all_language_probs: dict | None = None
-    duration_after_vad: float | None = None
-    speech_regions: list = field(default_factory=list)   # [(start_s, end_s)] with vad
-
-
 def _numbered(segments):
     """Segment ids count from 1 in the order they are returned (faster-whisper's convention)."""
     for i, s in enumerate(segments):
         s.id = i + 1
     return segments
-
-
-def _pad_window(mel, seek, n_frames):
-    """mel[seek : seek+n] zero-padded (in the normalised log-mel domain) to n_frames rows."""
-    seg = mel[seek:seek + n_frames]
-    if len(seg) == n_frames:
-        return np.ascontiguousarray(seg)
-    out = np.zeros((n_frames, mel.shape[1]), np.float32)
-    out[:len(seg)] = seg
-    return out
 
 
 class Transcriber:
@@ -145,13 +69,9 @@ class Transcriber:
         self._cancelled = cancelled
         opts = options or TranscribeOptions()
         if kw:
-            if "temperature" in kw and not isinstance(kw["temperature"], (tuple, list)):
-                kw["temperature"] = (float(kw["temperature"]),)
-            opts = dataclasses.replace(opts, **kw)
+            opts = dataclasses.replace(opts, **kw)      # checked again by __post_init__
         audio = np.asarray(audio, np.float32)
         duration = len(audio) / M.SAMPLE_RATE
-        if opts.hallucination_silence_threshold is not None and not opts.word_timestamps:
-            raise ValueError("hallucination_silence_threshold works on word timings: it needs word_timestamps=True")
         if opts.audio_ctx is not None:
             ctx = self.model.dims.n_audio_ctx
             if not 1 <= opts.audio_ctx <= ctx:
@@ -241,7 +161,6 @@ class Transcriber:
             segments = [self._segment(0, 0, 0.0, duration, res.tokens, res)]
         segments = [s for s in segments if s.text.strip()]
         if opts.word_timestamps and segments:
-            from .timing import add_word_timestamps
             n_content = min(n_frames, len(audio) // M.HOP_LENGTH)
             add_word_timestamps(self, segments, enc, lang, opts, n_content, 0.0, 0.0)
         segments = _numbered(segments)
@@ -252,7 +171,7 @@ class Transcriber:
     def _long_form(self, audio, duration, opts, progress=None, on_segments=None):
         content = len(audio) // M.HOP_LENGTH
         # Only the content frames: the last window is zero-padded in the normalised log-mel
-        # domain (_pad_window), as both peers cut it — not filled with the log-mel of the
+        # domain (mel.pad_frames), as both peers cut it — not filled with the log-mel of the
         # silence after the audio (≈ −0.67 there), which the model reads differently. (One
         # frame more is computed so that the last content frame sees the audio's tail.)
         mel = M.log_mel(audio, self.model.dims.n_mels, content + 1)[:content]
@@ -262,7 +181,7 @@ class Transcriber:
         last_speech = 0.0
         while seek < content:
             size = min(self.n_frames, content - seek)
-            enc = self.model.encode(_pad_window(mel, seek, self.n_frames))
+            enc = self.model.encode(M.pad_frames(mel, seek, self.n_frames))
             self._check_cancelled()
             if lang is None:
                 lang, lang_p, probs = self._language(enc, opts.language)
@@ -279,7 +198,6 @@ class Transcriber:
             new, advance = self._split(res, seek, offset, size, segments)
             next_seek = seek + advance
             if opts.word_timestamps:
-                from .timing import add_word_timestamps
                 add_word_timestamps(self, new, enc, lang, opts, size, offset, last_speech)
                 single_ending = (len(res.tokens) >= 2 and res.tokens[-1] >= self.tok.timestamp_begin
                                  and res.tokens[-2] < self.tok.timestamp_begin)

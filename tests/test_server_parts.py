@@ -159,7 +159,7 @@ def test_language_names_are_openai_whispers():
 
 
 def test_verbose_json_shape():
-    from nwhisper.transcribe import Segment, TranscriptionInfo
+    from nwhisper.records import Segment, TranscriptionInfo
 
     segs = [Segment(1, 0, 0.0, 2.5, " Hello there.", [50363, 15496, 50488], -0.2, 0.01),
             Segment(2, 0, 2.5, 4.0, " Bye.", [50488, 47843, 50563], -0.3, 0.01)]

@@ -87,7 +87,7 @@ def test_short_audio_ctx_matches_hf():
 def test_cancelled_stops_after_the_encoder():
     """cancelled() is asked after each encoder pass (a live stream's stale speculation): True
     raises Cancelled before any decoding; False changes nothing."""
-    from nwhisper.transcribe import Cancelled
+    from nwhisper.records import Cancelled
 
     m = nwhisper.load("tiny.en", device="cpu")
     x = audio("jfk.wav")
@@ -244,3 +244,22 @@ def test_every_container_gives_the_same_transcript(tmp_path):
         results[m.checkpoint.container] = [[t for s in m.transcribe(audio(c))[0] for t in s.tokens] for c in clips]
     assert results["ct2"] == results["hf"] == results["ggml"]
     assert all(results["ct2"])
+
+
+def test_options_have_one_home_and_are_checked_there():
+    """records.TranscribeOptions holds every default and checks what needs no model; the API
+    builds it from its keywords (an unknown one is a TypeError naming it)."""
+    from nwhisper.records import TranscribeOptions
+
+    assert TranscribeOptions(temperature=0.4).temperature == (0.4,)
+    assert TranscribeOptions(temperature=[0, 0.2]).temperature == (0.0, 0.2)
+    for bad in (dict(task="summarise"), dict(temperature=-1), dict(beam_size=0), dict(max_tokens=0),
+                dict(hallucination_silence_threshold=2.0),
+                dict(hallucination_silence_threshold=-1.0, word_timestamps=True)):
+        with pytest.raises(ValueError):
+            TranscribeOptions(**bad)
+    m = nwhisper.load("tiny.en", device="cpu")
+    with pytest.raises(TypeError, match="beam_width"):
+        m.transcribe(np.zeros(16000, np.float32), beam_width=5)
+    with pytest.raises(ValueError, match="needs word_timestamps|word timings"):
+        m.transcribe(np.zeros(16000, np.float32), hallucination_silence_threshold=1.0)

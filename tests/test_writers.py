@@ -8,7 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 from nwhisper import writers
-from nwhisper.transcribe import Segment, TranscriptionInfo, Word
+from nwhisper.records import Segment, TranscriptionInfo, Word
 
 srt = pytest.importorskip("srt")
 webvtt = pytest.importorskip("webvtt")

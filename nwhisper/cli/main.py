@@ -11,7 +11,8 @@ import click
 
 from ..io.checkpoint import CheckpointError
 from ..io.registry import DEFAULT_MODEL
-from .options import compute_type_option
+from ..records import TranscribeOptions
+from .options import compute_type_option, max_tokens_option
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -61,7 +62,7 @@ def _fmt_time(t):
 
 def _temperatures(value):
     """'0' → (0.0,); 'fallback' → openai's ladder; '0,0.2,0.4' → that ladder."""
-    from ..transcribe import FALLBACK_TEMPERATURES
+    from ..records import FALLBACK_TEMPERATURES
 
     if value == "fallback":
         return FALLBACK_TEMPERATURES
@@ -99,14 +100,13 @@ class _Progress:
 @click.argument("args", nargs=-1, required=True, metavar="[MODEL] AUDIO...")
 @click.option("--lang", default=None, help="language code (en, fi, sv …); default: detect (English on .en models)")
 @click.option("--task", type=click.Choice(["transcribe", "translate"]), default="transcribe", show_default=True)
-@click.option("--max", "max_tokens", type=click.IntRange(1, 448), default=224, show_default=True,
-              help="stop after N tokens per 30 s window")
+@max_tokens_option
 @click.option("--timestamps", is_flag=True, help="print [mm:ss.xx --> mm:ss.xx] segments")
-@click.option("--nospeech", type=click.FloatRange(0, 1), default=0.6, show_default=True,
+@click.option("--nospeech", type=click.FloatRange(0, 1), default=TranscribeOptions.no_speech_threshold, show_default=True,
               help="skip a window the model is at least this sure holds no speech (1 disables)")
 @click.option("--beam", type=click.IntRange(1, 16), default=1, show_default=True,
               help="beam search with N beams (1: greedy)")
-@click.option("--best-of", type=click.IntRange(1, 16), default=5, show_default=True,
+@click.option("--best-of", type=click.IntRange(1, 16), default=TranscribeOptions.best_of, show_default=True,
               help="samples drawn at each temperature > 0")
 @click.option("--temperature", default="0", show_default=True,
               help="T, a list T1,T2,… tried in turn (openai's fallback), or 'fallback' for 0,0.2,…,1.0")

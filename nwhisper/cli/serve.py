@@ -7,7 +7,7 @@ import sys
 import click
 
 from ..io.registry import DEFAULT_MODEL
-from .options import compute_type_option
+from .options import compute_type_option, max_tokens_option
 
 
 def parse_addr(addr):
@@ -30,8 +30,7 @@ def parse_addr(addr):
 @click.option("--lang", default=None, help="default language of requests that name none (default: detect; English on .en models)")
 @click.option("--vad", is_flag=True, help="skip non-speech (Silero VAD) by default (a request's vad field overrides)")
 @click.option("--timestamps", is_flag=True, help="timestamped segments by default (a request's timestamps field overrides; srt, vtt and verbose_json always have them)")
-@click.option("--max", "max_tokens", type=click.IntRange(1, 448), default=224, show_default=True,
-              help="stop after N tokens per 30 s window")
+@max_tokens_option
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
 @compute_type_option
 @click.option("--tls", is_flag=True, help="https/wss with a self-signed ECDSA P-256 certificate (minted once, kept in --tls-dir)")

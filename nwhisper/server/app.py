@@ -39,6 +39,7 @@ from tornado import httpserver, ioloop, netutil, web
 
 from ..io.audio import AudioError, load_audio
 from ..io.registry import DEFAULT_MODEL
+from ..records import TranscribeOptions
 from . import auth, formats, realtime, stream
 from .inference import Abandoned, ModelHost
 from .limits import Busy, Slots
@@ -62,7 +63,7 @@ class Config:
     language: str | None = None      # server default; a request's `language` overrides it
     vad: bool = False                # server default; a request's `vad` overrides it
     timestamps: bool = False         # server default; a request's `timestamps` overrides it
-    max_tokens: int = 224
+    max_tokens: int = TranscribeOptions.max_tokens
     token: str | None = None
     ssl: object = None               # an ssl.SSLContext for https/wss, or None
     unload_after: float = 0.0        # seconds idle before the model is released; 0 = never

@@ -1,6 +1,6 @@
 """One live stream: audio in, utterances out — the endpointer's events turned into model jobs.
 
-    live = LiveStream(host, settings, send, language=None, max_tokens=224)
+    live = LiveStream(host, settings, send, language=None, max_tokens=cfg.max_tokens)
     live.configure(settings, lead_ms=None, prompt=None)   # new settings, any time
     live.feed(samples)          # float32 at settings.rate, any length (on the IOLoop)
     live.end()                  # the client says the utterance is over: transcribe it now
@@ -49,7 +49,7 @@ from tornado import ioloop
 from ..io.audio import SAMPLE_RATE, StreamResampler
 from ..vad.endpointer import CHUNK_MS, End
 from ..vad.stream import VadStream, detector
-from ..transcribe import Cancelled
+from ..records import Cancelled, TranscribeOptions
 from .inference import DRAFT, FINAL, Abandoned
 
 log = logging.getLogger("nwhisper.server")
@@ -125,7 +125,8 @@ class _Utterance:
 
 
 class LiveStream:
-    def __init__(self, host, settings, send, language=None, max_tokens=224, report_closes=False):
+    def __init__(self, host, settings, send, language=None, max_tokens=TranscribeOptions.max_tokens,
+                 report_closes=False):
         self.host, self.send = host, send
         self.default_language, self.max_tokens = language, max_tokens
         self.report_closes = report_closes

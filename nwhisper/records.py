@@ -1,0 +1,107 @@
+"""The records of a transcription, and the options that shape it — below every stage, so the
+window loop (transcribe.py), word timing (timing.py), the API and the writers share them.
+
+    TranscribeOptions(language="en", beam_size=5)    # every option's one default; checked here
+    Segment(id, seek, start, end, text, tokens, avg_logprob, no_speech_prob, …, words)
+    Word(start, end, word, probability)
+    TranscriptionInfo(language, language_probability, duration, …)
+
+Segment, Word and TranscriptionInfo are faster-whisper's records, field for field where it has
+them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Segment:
+    """One piece of the transcript (faster-whisper's record, field for field where it has one)."""
+
+    id: int
+    seek: int                     # the window's start, in mel frames
+    start: float                  # seconds on the recording's clock
+    end: float
+    text: str
+    tokens: list
+    avg_logprob: float
+    no_speech_prob: float
+    temperature: float = 0.0
+    compression_ratio: float = 0.0
+    words: list | None = None     # [Word] with word timestamps
+
+
+@dataclass
+class Word:
+    start: float
+    end: float
+    word: str
+    probability: float
+
+
+@dataclass(frozen=True)
+class TranscribeOptions:
+    """The window loop's policy: openai-whisper's transcribe() arguments and defaults, except
+    the temperature — a single 0.0 (no fallback) unless the fallback ladder is asked for."""
+
+    language: str | None = None
+    task: str = "transcribe"
+    max_tokens: int = 224
+    timestamps: bool = False
+    condition_on_previous_text: bool = True
+    beam_size: int | None = None
+    best_of: int | None = 5
+    patience: float = 1.0
+    temperature: tuple = (0.0,)                 # openai's fallback: FALLBACK_TEMPERATURES
+    compression_ratio_threshold: float | None = 2.4
+    logprob_threshold: float | None = -1.0
+    no_speech_threshold: float | None = 0.6     # None or ≥ 1: never skip a window
+    word_timestamps: bool = False
+    hallucination_silence_threshold: float | None = None   # s; with word timestamps (openai's)
+    initial_prompt: str | None = None           # text given as the previous text of the first window
+    audio_ctx: int | None = None                # encoder positions (whisper.cpp's audio_ctx):
+                                                # None = the model's (30 s); fewer encode only
+                                                # audio_ctx · 20 ms (short-form only)
+    prepend_punctuations: str = "\"'“¿([{-"
+    append_punctuations: str = "\"'.。,，!！?？:：”)]}、"
+
+    def __post_init__(self):
+        """What can be checked without a model (the model checks the language and audio_ctx)."""
+        t = self.temperature
+        temps = tuple(float(x) for x in t) if isinstance(t, (tuple, list)) else (float(t),)
+        object.__setattr__(self, "temperature", temps)
+        if not temps or any(not x >= 0 for x in temps):
+            raise ValueError(f"temperature must be ≥ 0 (a number or a sequence of them), not {t!r}")
+        if self.task not in ("transcribe", "translate"):
+            raise ValueError(f"task must be 'transcribe' or 'translate', not {self.task!r}")
+        if not (isinstance(self.max_tokens, int) and self.max_tokens >= 1):
+            raise ValueError(f"max_tokens must be a whole number ≥ 1, not {self.max_tokens!r}")
+        if self.beam_size is not None and self.beam_size < 1:
+            raise ValueError(f"beam_size must be at least 1, not {self.beam_size}")
+        if self.best_of is not None and self.best_of < 1:
+            raise ValueError(f"best_of must be at least 1, not {self.best_of}")
+        if self.hallucination_silence_threshold is not None:
+            if not self.word_timestamps:
+                raise ValueError("hallucination_silence_threshold works on word timings: it needs "
+                                 "word_timestamps=True")
+            if not self.hallucination_silence_threshold >= 0:
+                raise ValueError(f"hallucination_silence_threshold must be ≥ 0 seconds, not "
+                                 f"{self.hallucination_silence_threshold}")
+
+
+FALLBACK_TEMPERATURES = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
+
+
+class Cancelled(Exception):
+    """transcribe(cancelled=…) said stop: the result was no longer wanted."""
+
+
+@dataclass
+class TranscriptionInfo:
+    language: str
+    language_probability: float
+    duration: float               # seconds of audio
+    all_language_probs: dict | None = None
+    duration_after_vad: float | None = None
+    speech_regions: list = field(default_factory=list)   # [(start_s, end_s)] with vad
