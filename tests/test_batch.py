@@ -124,7 +124,6 @@ def test_killed_midway_and_restarted(archive, tmp_path):
 def test_two_workers_and_a_ray_cluster(archive, tmp_path):
     """Two local worker processes, then a Ray cluster started here (2 CPUs) joined with --ray
     auto: the same outputs."""
-    pytest.importorskip("ray")
     src, want = archive
     good = tmp_path / "in"
     shutil.copytree(src, good, ignore=shutil.ignore_patterns("broken.wav"))

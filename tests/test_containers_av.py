@@ -8,15 +8,15 @@ from __future__ import annotations
 import io
 import os
 
+import av
 import numpy as np
+import openai
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import nwhisper
 from nwhisper.io.audio import AudioError, load_audio
-
-av = pytest.importorskip("av")
 
 FIX = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fixtures")
 CONT = os.path.join(FIX, "containers")
@@ -90,7 +90,6 @@ def test_fuzzed_containers_decode_or_refuse(name, cut, flips):
 
 def test_the_server_takes_m4a_and_webm_uploads(tmp_path):
     """POST /v1/audio/transcriptions with the official client: the same text as the WAV."""
-    openai = pytest.importorskip("openai")
     from test_server import Server
 
     s = Server(str(tmp_path), "formats", "tiny.en").wait()

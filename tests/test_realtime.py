@@ -15,7 +15,9 @@ import base64
 import json
 
 import numpy as np
+import openai
 import pytest
+import websockets
 from fixture_audio import audio
 from test_server import Server
 
@@ -23,8 +25,6 @@ import nwhisper
 from nwhisper.io.audio import resample
 from nwhisper.server.client import encode, realtime, stream
 
-openai = pytest.importorskip("openai")
-websockets = pytest.importorskip("websockets")
 
 TOKEN = "realtime-token"
 CLIPS = ["cards/001.wav", "cards/005.wav"]        # 005 is 3.5 s: deltas before it ends

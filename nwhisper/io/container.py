@@ -57,17 +57,15 @@ def _blocks(name, container, stream, rate, block):
         for packet in container.demux(stream):
             for frame in _frames(name, packet):
                 for converted in resampler.resample(frame):
-                    x = converted.to_ndarray()
-                    x = x[0] if len(x) == 1 else x.mean(axis=0, dtype=np.float32)
-                    pending.append(np.asarray(x, np.float32))
+                    x = _mono(converted)
+                    pending.append(x)
                     n += len(x)
                     total += len(x)
             if n >= block:
                 yield np.concatenate(pending)
                 pending, n = [], 0
-        for converted in resampler.resample(None):
-            x = converted.to_ndarray()
-            pending.append(np.asarray(x[0] if len(x) == 1 else x.mean(axis=0), np.float32))
+        for converted in resampler.resample(None):        # what the resampler still holds
+            pending.append(_mono(converted))
             total += len(pending[-1])
         declared = _declared_s(container, stream)
         if declared is not None and total / rate < declared - max(TRUNCATED_S, 0.05 * declared):
@@ -79,6 +77,12 @@ def _blocks(name, container, stream, rate, block):
         raise AudioError(name, f"cannot decode audio: {_reason(e)}") from None
     finally:
         container.close()
+
+
+def _mono(frame):
+    """A planar float32 frame's channels averaged (as load_audio does for every format)."""
+    x = frame.to_ndarray()
+    return np.ascontiguousarray(x[0] if len(x) == 1 else x.mean(axis=0, dtype=np.float32), np.float32)
 
 
 TRUNCATED_S = 0.5           # decoders' priming and padding move a length by far less than this

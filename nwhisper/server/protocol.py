@@ -71,7 +71,7 @@ class StreamSettings:
     def updated(self, message):
         """These settings with a config message's fields applied; ConfigError if any is bad."""
         if not isinstance(message, dict):
-            raise ConfigError(f"a config message is a JSON object, not {_kind(message)}")
+            raise ConfigError(f"a config message is a JSON object, not {json_kind(message)}")
         known = {f.name for f in dataclasses.fields(self)}
         unknown = sorted(set(message) - known)
         if unknown:
@@ -94,7 +94,8 @@ class StreamSettings:
             level_ms=_E.level_ms if self.levels else 0, stops=True)
 
 
-def _kind(value):
+def json_kind(value):
+    """How a JSON value is named in an error: "an object", "a string", "null" …"""
     return {dict: "an object", list: "an array", str: "a string", bool: "a boolean",
             type(None): "null", int: "a number", float: "a number"}.get(type(value), type(value).__name__)
 
@@ -103,7 +104,7 @@ def _int(name, value, lo, hi):
     whole = (isinstance(value, (int, float)) and not isinstance(value, bool)
              and math.isfinite(value) and value == int(value))
     if not whole:
-        raise ConfigError(f"{name} takes a whole number in {lo}..{hi}, not {_kind(value)} {value!r}")
+        raise ConfigError(f"{name} takes a whole number in {lo}..{hi}, not {json_kind(value)} {value!r}")
     if not lo <= value <= hi:
         raise ConfigError(f"{name} must be in {lo}..{hi}, got {value!r}")
     return int(value)
@@ -111,7 +112,7 @@ def _int(name, value, lo, hi):
 
 def _number(name, value, lo, hi, open_range=False):
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ConfigError(f"{name} takes a number, not {_kind(value)} {value!r}")
+        raise ConfigError(f"{name} takes a number, not {json_kind(value)} {value!r}")
     inside = lo < value < hi if open_range else lo <= value <= hi
     if not inside:
         span = f"({lo}, {hi})" if open_range else f"{lo}..{hi}"
@@ -121,7 +122,7 @@ def _number(name, value, lo, hi, open_range=False):
 
 def _bool(name, value):
     if not isinstance(value, bool):
-        raise ConfigError(f"{name} takes true or false, not {_kind(value)} {value!r}")
+        raise ConfigError(f"{name} takes true or false, not {json_kind(value)} {value!r}")
     return value
 
 

@@ -40,9 +40,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..io.g711 import alaw_decode, ulaw_decode
-from .protocol import MAX_FRAME, MAX_RATE, MIN_RATE, StreamSettings
+from .live import KEEP_S
+from .protocol import MAX_FRAME, MAX_RATE, MIN_RATE, StreamSettings, json_kind
 
-MAX_LEAD_MS = 2000           # the stream keeps this much audio before an utterance opens
+MAX_LEAD_MS = int(KEEP_S * 1000)   # the stream keeps this much audio before an utterance opens
 MAX_PROMPT = 2000            # characters: whisper reads at most 223 prompt tokens anyway
 EAGER_MAX_PAUSE_MS = {"high": 600, "medium": 1000, "auto": 1000, "low": 2000}
 BETA_FORMATS = {"pcm16": "audio/pcm", "g711_ulaw": "audio/pcmu", "g711_alaw": "audio/pcma"}
@@ -130,14 +131,9 @@ class Session:
 
 # -- updates ---------------------------------------------------------------------------------
 
-def _kind(value):
-    return {dict: "an object", list: "an array", str: "a string", bool: "a boolean",
-            type(None): "null", int: "a number", float: "a number"}.get(type(value), type(value).__name__)
-
-
 def _object(value, param):
     if not isinstance(value, dict):
-        raise RealtimeError(f"{param} must be an object, not {_kind(value)}", "invalid_type", param)
+        raise RealtimeError(f"{param} must be an object, not {json_kind(value)}", "invalid_type", param)
     return value
 
 
@@ -151,7 +147,7 @@ def _known(obj, fields, param):
 def _string(value, param, limit=64, empty=False):
     if not isinstance(value, str) or len(value) > limit or (not empty and not value.strip()):
         raise RealtimeError(f"{param} must be a string of at most {limit} characters, not "
-                            f"{_kind(value)} {value!r:.80}", "invalid_type", param)
+                            f"{json_kind(value)} {value!r:.80}", "invalid_type", param)
     return value
 
 
@@ -314,7 +310,7 @@ def decode_append(audio, session):
     """`input_audio_buffer.append`'s base64 audio → float32 samples at session.sample_rate."""
     param = "audio"
     if not isinstance(audio, str):
-        raise RealtimeError(f"audio must be a base64 string, not {_kind(audio)}", "invalid_type", param)
+        raise RealtimeError(f"audio must be a base64 string, not {json_kind(audio)}", "invalid_type", param)
     if len(audio) > MAX_FRAME * 4 // 3 + 4:
         raise RealtimeError(f"an append of {len(audio)} base64 characters is more than this server "
                             f"takes ({MAX_FRAME} bytes of audio); append a second or less at a "
