@@ -185,6 +185,7 @@ def transcribe(m, audio, repeat, profile=False, top=16):
     own time in one more transcription (what the host does around the device's work)."""
     def run():
         segs, _ = m.transcribe(audio, language="en", timestamps=True)
+        segs = list(segs)
         return segs
     run()
     times, segs = [], None
@@ -311,6 +312,7 @@ def main():
                     f"time), {tokens} tokens, {1e3 * warm / max(tokens, 1):.2f} ms/token overall")
             if cpu is not None:
                 segs, _ = cpu.transcribe(audio, language="en", timestamps=True)
+                segs = list(segs)
                 ref = "".join(s.text for s in segs)
                 line += ", same text as the CPU" if ref == text else \
                     f"\n    DIFFERS from the CPU:\n    {args.device}: {text!r}\n    cpu: {ref!r}"

@@ -120,6 +120,7 @@ if SYSTEM.startswith("nwhisper"):
 
     def run():
         segs, info = m.transcribe(audio, language=LANG, timestamps=True)
+        segs = list(segs)
         return "".join(s.text for s in segs), sum(len(s.tokens) for s in segs)
 
     def instrument():
@@ -339,13 +340,30 @@ def wait_quiet(threshold, max_wait):
         time.sleep(15)
 
 
+def ct2_dir(name, path):
+    """The CTranslate2 directory faster-whisper loads, from the installed model package of
+    `name` (its split model.bin joined); nwhisper must be importable."""
+    from nwhisper.io.registry import resolve
+
+    os.makedirs(path)
+    src = resolve(name)
+    meta = src.meta_dir or src.path
+    for f in sorted(os.listdir(meta)):
+        if f.endswith((".json", ".txt")):
+            os.symlink(os.path.join(meta, f), os.path.join(path, f))
+    with open(os.path.join(path, "model.bin"), "wb") as out:
+        for p in (list(src.parts) or [os.path.join(src.path, "model.bin")]):
+            with open(p, "rb") as f:
+                shutil.copyfileobj(f, out, 1 << 22)
+
+
 def prepare(args, models, clips):
     """Convert each model for each peer once (kept in args.work); decode the clips to .npy."""
     sys.path.insert(0, args.src)
     from nwhisper.io.audio import load_audio
     from nwhisper.io.convert import convert
     from nwhisper.io.ggml import to_openai_name
-    from nwhisper.io.registry import load_checkpoint, resolve
+    from nwhisper.io.registry import load_checkpoint
 
     files = {}
     for name in models:
@@ -358,16 +376,7 @@ def prepare(args, models, clips):
             continue
         print(f"preparing {name} in {d}", flush=True)
         shutil.rmtree(d, ignore_errors=True)
-        os.makedirs(paths["ct2"])
-        src = resolve(name)
-        meta = src.meta_dir or src.path
-        for f in sorted(os.listdir(meta)):
-            if f.endswith((".json", ".txt")):
-                os.symlink(os.path.join(meta, f), os.path.join(paths["ct2"], f))
-        with open(os.path.join(paths["ct2"], "model.bin"), "wb") as out:
-            for p in (list(src.parts) or [os.path.join(src.path, "model.bin")]):
-                with open(p, "rb") as f:
-                    shutil.copyfileobj(f, out, 1 << 22)
+        ct2_dir(name, paths["ct2"])
         convert(name, paths["hf"], to="hf")
         hf_dir_fixups(paths["hf"])
         convert(name, paths["ggml"], to="ggml")

@@ -2,7 +2,7 @@
 
     import nwhisper
     model = nwhisper.load("tiny.en")                 # a name, or a path to any container
-    segments, info = model.transcribe("clip.wav")
+    segments, info = model.transcribe("clip.wav")    # segments: decoded as they are read
     print("".join(s.text for s in segments))
 
 A loaded model is reusable: the weights are on the backend once, and every `transcribe` pays
@@ -16,7 +16,7 @@ import dataclasses
 import numpy as np
 
 from . import backend as B
-from .io.audio import load_audio
+from .io.audio import Recording, load_audio
 from .io.registry import DEFAULT_MODEL, load_checkpoint
 from .model import Whisper
 from .tokenizer import Tokenizer
@@ -65,7 +65,11 @@ class WhisperModel:
 
     def transcribe(self, audio, *, vad=False, progress=None, on_segments=None, cancelled=None,
                    **options):
-        """audio: a path, bytes, or 16 kHz mono float32 samples → ([Segment], TranscriptionInfo).
+        """audio: a path, bytes, or 16 kHz mono float32 samples → (segments, TranscriptionInfo),
+        as faster-whisper returns them: the info is ready at once (the first window encoded, its
+        language detected); segments is an iterator that decodes window after window as it is
+        read (list() it to have them all). A file is decoded in pieces and read twice, so its
+        length costs no memory; with vad, its speech is held.
 
         options: TranscribeOptions' fields (records.py holds each one's default): language (a
         code in any case, an unknown one named in the error; None detects it on a multilingual
@@ -100,11 +104,11 @@ class WhisperModel:
             if not self.dims.is_multilingual and language != "en":
                 raise ValueError(f"this model is English-only; it cannot transcribe language '{language}'")
             opts = dataclasses.replace(opts, language=language)
-        samples = _samples(audio)
         if vad is not None and vad is not False:
-            return transcribe_speech(self._transcriber, samples, opts, "silero" if vad is True else vad,
+            return transcribe_speech(self._transcriber, _samples(audio), opts, "silero" if vad is True else vad,
                                      progress, on_segments, cancelled)
-        return self._transcriber.transcribe(samples, opts, progress=progress, on_segments=on_segments,
+        source = audio.astype(np.float32, copy=False) if isinstance(audio, np.ndarray) else Recording(audio)
+        return self._transcriber.transcribe(source, opts, progress=progress, on_segments=on_segments,
                                             cancelled=cancelled)
 
 

@@ -149,17 +149,93 @@ def log_mel(audio, n_mels=80, n_frames=None, be=None):
     return out
 
 
-def _padded(audio, total, lo, hi):
+def _padded(audio, total, lo, hi, n=None, at=0):
     """Samples lo..hi of the centre-padded signal, float64, as torch.stft sees it: the audio
     zero-extended to `total` samples, reflected (without its edge sample) at both ends of that,
-    and shifted by N_FFT/2."""
+    and shifted by N_FFT/2. `audio` may be a stretch of a longer recording: samples at … of an
+    n-sample one (it must hold every sample these frames read)."""
+    n = len(audio) if n is None else n
     i = np.arange(lo, hi) - N_FFT // 2
     i = np.where(i < 0, -i, i)
     i = np.where(i >= total, 2 * (total - 1) - i, i)
     x = np.zeros(hi - lo, np.float64)
-    inside = i < len(audio)
-    x[inside] = audio[i[inside]]
+    inside = i < n
+    x[inside] = audio[i[inside] - at]
     return x
+
+
+class LoudestFrame:
+    """The clamp's reference of a long recording's log-mel, its loudest frame, from samples
+    that arrive in pieces: feed(piece) …, then finish(n_frames) → the number log_mel(audio,
+    n_mels, n_frames) normalises by (n_frames ≥ len(audio) // HOP, as the long form asks).
+    Frames are taken BLOCK_FRAMES at a time once every sample they read is in, so only about
+    a block of samples is held; the last ones, which the end's padding reaches, at finish()."""
+
+    def __init__(self, n_mels, be=None):
+        self.be, self.n_mels = be or _cpu(), n_mels
+        self.n = 0                                  # samples fed
+        self._held, self._at = np.zeros(0, np.float32), 0   # samples _at … n - 1
+        self._next = 0                              # the first frame not yet taken
+        self._top = LOG_FLOOR
+
+    def feed(self, samples):
+        step = BLOCK_FRAMES * HOP_LENGTH
+        for k in range(0, len(samples), step):
+            self._held = np.concatenate([self._held, samples[k:k + step]])
+            self.n += len(samples[k:k + step])
+            # frame f reads samples up to f·HOP + N_FFT/2 - 1; none of them is past the end yet
+            ready = (self.n - N_FFT // 2) // HOP_LENGTH + 1 if self.n >= N_FFT // 2 else 0
+            while ready - self._next >= BLOCK_FRAMES:
+                self._take(self._next + BLOCK_FRAMES, self.n + 1)
+
+    def finish(self, n_frames):
+        total = n_frames * HOP_LENGTH
+        live = min(n_frames, (self.n + N_FFT // 2) // HOP_LENGTH + 1) if self.n else 0
+        while self._next < live:
+            self._take(min(self._next + BLOCK_FRAMES, live), total)
+        return self._top
+
+    def _take(self, f1, total):
+        f0 = self._next
+        window, cos_t, sin_t, filters = _tables(self.be, self.n_mels)
+        x = _padded(self._held, total, f0 * HOP_LENGTH, (f1 - 1) * HOP_LENGTH + N_FFT, self.n, self._at)
+        from .kernels import spectral
+
+        peak = spectral.log_mel_peak(self.be, self.be.upload(x), window, cos_t, sin_t, filters,
+                                     f1 - f0, HOP_LENGTH, self.n_mels)
+        self._top = max(self._top, peak)
+        self._next = f1
+        drop = max(0, f1 * HOP_LENGTH - N_FFT // 2 - self._at)     # what later frames never read
+        self._held, self._at = self._held[drop:], self._at + drop
+
+
+class LogMelWindows:
+    """30 s windows of the log-mel of a recording read once more, front to back: window(seek,
+    n_frames) is pad_frames(log_mel(audio, n_mels, n // HOP + 1)[:n // HOP], seek, n_frames),
+    frame for frame, without the whole of either ever being held. samples: an
+    io.audio.SampleWindow over the recording's pieces; n: its length; top: LoudestFrame's
+    finish(n // HOP + 1). Seeks must not go back."""
+
+    def __init__(self, samples, n, top, n_mels, be=None):
+        self.samples, self.n, self.top, self.n_mels = samples, n, top, n_mels
+        self.be = be or _cpu()
+        self.content = n // HOP_LENGTH
+        self._total = (self.content + 1) * HOP_LENGTH
+
+    def window(self, seek, n_frames):
+        from .kernels import spectral
+
+        size = max(0, min(n_frames, self.content - seek))
+        out = np.zeros((n_frames, self.n_mels), np.float32)
+        if size:
+            lo, hi = seek * HOP_LENGTH, (seek + size - 1) * HOP_LENGTH + N_FFT
+            buf, at = self.samples.get(max(0, lo - N_FFT // 2), hi - N_FFT // 2)
+            x = _padded(buf, self._total, lo, hi, self.n, at)
+            block = self.be.empty((size, self.n_mels), np.float32)
+            spectral.log_mel(self.be, self.be.upload(x), *_tables(self.be, self.n_mels), size, HOP_LENGTH,
+                             block, top=self.top)
+            out[:size] = self.be.download(block)
+        return out
 
 
 def pad_frames(mel, seek, n_frames):

@@ -21,10 +21,12 @@ transcribed window by window. Two conventions, each chosen to match a reference 
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import numpy as np
 
 from . import mel as M
+from .io.audio import Recording, SampleWindow
 from .decoding import DecodingOptions, GreedyDecoder, detect_language
 from .records import Cancelled, Segment, TranscribeOptions, TranscriptionInfo
 from .timing import add_word_timestamps
@@ -36,6 +38,28 @@ FRAME_SECONDS = M.HOP_LENGTH / M.SAMPLE_RATE   # 10 ms
 FRAMES_PER_SECOND = M.SAMPLE_RATE // M.HOP_LENGTH   # 100 (seconds → frames as openai rounds them)
 
 
+@dataclasses.dataclass
+class _Scan:
+    """What the first pass over a recording finds: its length, its first 30 s (all of it when
+    it is no longer), its log-mel's loudest frame and its energy detector's chunk probabilities."""
+    n: int
+    head: np.ndarray
+    loudest: M.LoudestFrame
+    energy: regions.ChunkProbs
+
+
+def _scan(rec, n_mels):
+    loudest, energy = M.LoudestFrame(n_mels), regions.ChunkProbs(regions.detector("energy"))
+    head, n = [], 0
+    for x in rec.pieces():
+        if n <= M.N_SAMPLES:
+            head.append(x[:M.N_SAMPLES + 1 - n])
+        n += len(x)
+        loudest.feed(x)
+        energy.feed(x)
+    return _Scan(n, np.concatenate(head), loudest, energy)
+
+
 def _numbered(segments):
     """Segment ids count from 1 in the order they are returned (faster-whisper's convention)."""
     for i, s in enumerate(segments):
@@ -44,7 +68,7 @@ def _numbered(segments):
 
 
 class Transcriber:
-    """Runs the window loop of one model; `transcribe(audio)` → ([Segment], TranscriptionInfo)."""
+    """Runs the window loop of one model; `transcribe(audio)` → (segments, TranscriptionInfo)."""
 
     def __init__(self, model, tok, ck):
         self.model, self.tok, self.ck = model, tok, ck
@@ -62,27 +86,39 @@ class Transcriber:
 
     def transcribe(self, audio, options: TranscribeOptions | None = None, progress=None,
                    on_segments=None, cancelled=None, **kw):
-        """audio: 16 kHz float32 samples. options (or the same names as keywords).
-        progress(done_s, total_s) is called after every long-form window; on_segments(new) with
-        each window's new segments as they are decoded (their times on this audio's clock);
+        """audio: 16 kHz float32 samples, or an io.audio.Recording (a file read in passes, never
+        held whole) → (an iterator of the segments as they are decoded, TranscriptionInfo).
+        options (or the same names as keywords). The info is ready when this returns (the
+        first window is encoded and its language known); each later window is decoded as the
+        iterator is read. progress(done_s, total_s) is called after every long-form window;
+        on_segments(new) with each window's new segments (their times on this audio's clock);
         cancelled() after each encoder pass: True raises Cancelled (no decoding follows)."""
         self._cancelled = cancelled
         opts = options or TranscribeOptions()
         if kw:
             opts = dataclasses.replace(opts, **kw)      # checked again by __post_init__
-        audio = np.asarray(audio, np.float32)
-        duration = len(audio) / M.SAMPLE_RATE
+        if isinstance(audio, Recording):
+            scan = _scan(audio, self.model.dims.n_mels)
+            samples = scan.head if scan.n <= M.N_SAMPLES else None
+        else:
+            samples, scan = np.asarray(audio, np.float32), None
+        n = scan.n if scan else len(samples)     # the long form reads a Recording a second time
+        duration = n / M.SAMPLE_RATE
         if opts.audio_ctx is not None:
             ctx = self.model.dims.n_audio_ctx
             if not 1 <= opts.audio_ctx <= ctx:
                 raise ValueError(f"audio_ctx must be in 1..{ctx}, not {opts.audio_ctx}")
-            if len(audio) > opts.audio_ctx * INPUT_STRIDE * M.HOP_LENGTH or opts.hallucination_silence_threshold is not None:
+            if n > opts.audio_ctx * INPUT_STRIDE * M.HOP_LENGTH or opts.hallucination_silence_threshold is not None:
                 raise ValueError(f"audio_ctx {opts.audio_ctx} holds {opts.audio_ctx * TIME_PER_TOKEN:g} s: "
                                  f"too short for {duration:.2f} s of audio (a shorter context is for one short window)")
-            return self._short_form(audio, duration, opts, on_segments)
-        if len(audio) <= M.N_SAMPLES and opts.hallucination_silence_threshold is None:
-            return self._short_form(audio, duration, opts, on_segments)
-        return self._long_form(audio, duration, opts, progress, on_segments)
+        if n <= M.N_SAMPLES and opts.hallucination_silence_threshold is None or opts.audio_ctx is not None:
+            segments, info = self._short_form(samples, duration, opts, on_segments)
+            return iter(segments), info
+        if scan is None:
+            scan = _scan(Recording(samples), self.model.dims.n_mels)
+        windows = self._long_form(audio if isinstance(audio, Recording) else Recording(samples), scan,
+                                  opts, progress, on_segments)
+        return windows, next(windows)
 
     def _check_cancelled(self):
         if self._cancelled is not None and self._cancelled():
@@ -120,28 +156,21 @@ class Transcriber:
     def _no_speech_gate(opts):
         return opts.no_speech_threshold is not None and opts.no_speech_threshold < 1
 
-    def _is_silence(self, res, opts, audio=None, span=None):
+    def _is_silence(self, res, opts, speech=None, span=None):
         """Skip this window? The model is at least `no_speech_threshold` sure it holds no speech,
         and that is confirmed: by the text it wrote anyway being improbable (openai's rule: a
         confident transcript survives a high no-speech probability), or by the signal — no
-        speech region of the energy detector within the window's samples `span`. The second is
-        what keeps "Thank you." out of a silence: the model writes it there with an average
-        log-probability well above −1."""
+        speech region of the energy detector (speech(): the recording's) within the window's
+        samples `span`. The second is what keeps "Thank you." out of a silence: the model
+        writes it there with an average log-probability well above −1."""
         if not self._no_speech_gate(opts) or not (res.no_speech_prob >= opts.no_speech_threshold):
             return False
         if opts.logprob_threshold is None or res.avg_logprob < opts.logprob_threshold:
             return True
-        if audio is None:
+        if speech is None:
             return False
         a, b = span
-        return not any(r0 < b and r1 > a for r0, r1 in self._regions(audio))
-
-    def _regions(self, audio):
-        key = (id(audio), len(audio))
-        if getattr(self, "_regions_key", None) != key:
-            self._regions_key = key
-            self._regions_val = regions.speech_regions(audio, regions.detector("energy"))
-        return self._regions_val
+        return not any(r0 < b and r1 > a for r0, r1 in speech())
 
     # ------------------------------------------------------------------ the two conventions
     def _short_form(self, audio, duration, opts, on_segments=None):
@@ -153,10 +182,11 @@ class Transcriber:
         info = TranscriptionInfo(lang, lang_p, duration, probs)
         timestamps = opts.timestamps
         res = self._decode(enc, opts, lang, timestamps, self._initial_prompt(opts))
-        if self._is_silence(res, opts, audio, (0, len(audio))):
+        speech = functools.partial(regions.speech_regions, audio, regions.detector("energy"))
+        if self._is_silence(res, opts, speech, (0, len(audio))):
             return [], info
         if timestamps:
-            segments = self._split(res, 0, 0.0, n_frames, [])[0]
+            segments = self._split(res, 0, 0.0, n_frames, 0)[0]
         else:
             segments = [self._segment(0, 0, 0.0, duration, res.tokens, res)]
         segments = [s for s in segments if s.text.strip()]
@@ -168,34 +198,40 @@ class Transcriber:
             on_segments(segments)
         return segments, info
 
-    def _long_form(self, audio, duration, opts, progress=None, on_segments=None):
-        content = len(audio) // M.HOP_LENGTH
-        # Only the content frames: the last window is zero-padded in the normalised log-mel
-        # domain (mel.pad_frames), as both peers cut it — not filled with the log-mel of the
-        # silence after the audio (≈ −0.67 there), which the model reads differently. (One
-        # frame more is computed so that the last content frame sees the audio's tail.)
-        mel = M.log_mel(audio, self.model.dims.n_mels, content + 1)[:content]
-        seek, segments, history = 0, [], list(self._initial_prompt(opts))
+    def _long_form(self, rec, scan, opts, progress=None, on_segments=None):
+        """A generator: first the TranscriptionInfo (once the first window is encoded), then
+        each window's segments as they are decoded. The log-mel is the whole recording's
+        (normalised by its loudest frame, which `scan` found), read window by window from a
+        second pass over `rec`; only the content frames count: the last window is zero-padded
+        in the normalised log-mel domain (mel.pad_frames' rule), as both peers cut it — not
+        filled with the log-mel of the silence after the audio (≈ −0.67 there), which the
+        model reads differently."""
+        content, duration = scan.n // M.HOP_LENGTH, scan.n / M.SAMPLE_RATE
+        mel = M.LogMelWindows(SampleWindow(rec.pieces()), scan.n, scan.loudest.finish(content + 1),
+                              self.model.dims.n_mels)
+        speech = functools.lru_cache(maxsize=1)(lambda: regions.regions_from_probs(
+            scan.energy.finish(), scan.n, regions.ENERGY))
+        seek, n_out, history = 0, 0, list(self._initial_prompt(opts))
         prompt_reset = 0
-        lang = info = None
+        lang = None
         last_speech = 0.0
         while seek < content:
             size = min(self.n_frames, content - seek)
-            enc = self.model.encode(M.pad_frames(mel, seek, self.n_frames))
+            enc = self.model.encode(mel.window(seek, self.n_frames))
             self._check_cancelled()
             if lang is None:
                 lang, lang_p, probs = self._language(enc, opts.language)
-                info = TranscriptionInfo(lang, lang_p, duration, probs)
+                yield TranscriptionInfo(lang, lang_p, duration, probs)
             ctx = history[prompt_reset:]
             prompt = tuple(ctx[-(self.model.dims.n_text_ctx // 2 - 1):]) if ctx else ()
             res = self._decode(enc, opts, lang, True, prompt)
             offset = seek * FRAME_SECONDS
-            if self._is_silence(res, opts, audio, (seek * M.HOP_LENGTH, (seek + size) * M.HOP_LENGTH)):
+            if self._is_silence(res, opts, speech, (seek * M.HOP_LENGTH, (seek + size) * M.HOP_LENGTH)):
                 seek += size            # the model is sure this window holds no speech
                 if progress:
                     progress(min(seek, content) * FRAME_SECONDS, duration)
                 continue
-            new, advance = self._split(res, seek, offset, size, segments)
+            new, advance = self._split(res, seek, offset, size, n_out)
             next_seek = seek + advance
             if opts.word_timestamps:
                 add_word_timestamps(self, new, enc, lang, opts, size, offset, last_speech)
@@ -219,16 +255,17 @@ class Transcriber:
             new = [s for s in new if s.text.strip() and s.end > s.start]   # empty ones are dropped,
             for s in new:                                                  # and condition nothing
                 history.extend(s.tokens)
-            segments.extend(new)
+                n_out += 1
+                s.id = n_out
             if on_segments and new:
                 on_segments(new)
+            yield from new
             if not opts.condition_on_previous_text or res.temperature > 0.5:
                 prompt_reset = len(history)
-        if info is None:
-            info = TranscriptionInfo(opts.language or "en", 1.0, duration)
-        return _numbered(segments), info
+        if lang is None:            # no whole frame of audio: nothing was encoded
+            yield TranscriptionInfo(opts.language or "en", 1.0, duration)
 
-    def _split(self, res, seek, offset, size, earlier):
+    def _split(self, res, seek, offset, size, n0):
         """Cut a window's tokens into segments at consecutive timestamp pairs; return them and
         how many mel frames the next window advances (openai-whisper's rules)."""
         b = self.tok.timestamp_begin
@@ -236,7 +273,7 @@ class Transcriber:
         is_ts = [t >= b for t in toks]
         single_ending = len(toks) >= 2 and not is_ts[-2] and is_ts[-1]
         pairs = [i + 1 for i in range(len(toks) - 1) if is_ts[i] and is_ts[i + 1]]
-        segs, n0 = [], len(earlier)
+        segs = []
         if pairs:
             cuts = pairs + ([len(toks)] if single_ending else [])
             last = 0
@@ -346,12 +383,6 @@ def _skip_hallucinations(segs, threshold, seek, size, n_frames, content, single_
     return next_seek, segs
 
 
-def as_dict(segments, info):
-    return {"text": "".join(s.text for s in segments), "language": info.language,
-            "language_probability": info.language_probability, "duration": info.duration,
-            "segments": [dataclasses.asdict(s) for s in segments]}
-
-
 # ---------------------------------------------------------------------------------------------
 # --vad: transcribe only the speech, on the recording's clock
 
@@ -409,16 +440,20 @@ def transcribe_speech(tr, samples, opts, vad="silero", progress=None, on_segment
         raise ValueError(f"vad must be 'silero', 'energy', a detector or a regions function, not {vad!r}")
     duration = len(samples) / sr
     if not found:
-        segs, info = [], TranscriptionInfo(opts.language or "en", 1.0, duration)
+        info = TranscriptionInfo(opts.language or "en", 1.0, duration)
         info.duration_after_vad, info.speech_regions = 0.0, []
-        return segs, info
+        return iter(()), info
     joined = np.concatenate([samples[a:b] for a, b in found])
     clock = _Clock(found, sr, opts_vad.speech_pad_ms / 1000)
     segs, info = tr.transcribe(joined, opts, progress=progress, on_segments=on_segments, cancelled=cancelled)
-    for s in segs:
+    info.duration, info.duration_after_vad = duration, len(joined) / sr
+    info.speech_regions = [(round(a / sr, 3), round(b / sr, 3)) for a, b in found]
+    return _on_recording_clock(segs, clock), info
+
+
+def _on_recording_clock(segments, clock):
+    for s in segments:
         s.start, s.end = clock.span(s.start, s.end)
         for w in s.words or []:
             w.start, w.end = clock.span(w.start, w.end)
-    info.duration, info.duration_after_vad = duration, len(joined) / sr
-    info.speech_regions = [(round(a / sr, 3), round(b / sr, 3)) for a, b in found]
-    return segs, info
+        yield s

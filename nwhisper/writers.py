@@ -3,6 +3,8 @@
     write(segments, info, "clip.wav", "srt", "out/")   →  out/clip.srt
     write(segments, info, "clip.wav", "all", "out/")   →  out/clip.{txt,srt,vtt,tsv,json}
 
+`segments` may be the transcriber's iterator: each cue is written as its segment arrives.
+
 txt  one stripped segment text per line.
 srt  numbered cues from 1, `HH:MM:SS,mmm --> HH:MM:SS,mmm` (hours always), a blank line after each.
 vtt  `WEBVTT`, then cues `MM:SS.mmm --> MM:SS.mmm` (hours only when the recording has them).
@@ -16,7 +18,9 @@ In subtitle text `-->` becomes `->`, so a cue cannot be cut in two by its own wo
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import io
 import json
 import os
 
@@ -34,46 +38,52 @@ def format_timestamp(seconds, always_include_hours=False, decimal_marker="."):
     return f"{hours}{m:02d}:{s:02d}{decimal_marker}{ms:03d}"
 
 
-def _cue_text(s):
-    return s.text.strip().replace("-->", "->")
+_HEADS = {"vtt": "WEBVTT\n\n", "tsv": "start\tend\ttext\n"}
 
 
-def _cues(segments):
-    """(start, end, text) of the segments that have text, times never going backwards."""
-    last = 0.0
-    for s in segments:
-        text = _cue_text(s)
+def _cue(fmt, n, start, end, text):
+    """The text cue number n (from 1) adds to format fmt."""
+    if fmt == "txt":
+        return text + "\n"
+    if fmt == "srt":
+        return f"{n}\n{format_timestamp(start, True, ',')} --> {format_timestamp(end, True, ',')}\n{text}\n\n"
+    if fmt == "vtt":
+        return f"{format_timestamp(start)} --> {format_timestamp(end)}\n{text}\n\n"
+    return f"{int(round(start * 1000))}\t{int(round(end * 1000))}\t{text.replace(chr(9), ' ')}\n"
+
+
+class Outputs:
+    """The formats' texts built segment by segment, as the transcriber yields them: each add()
+    writes the cue it makes to every format's sink (a text file object) at once; finish(info)
+    writes the JSON, which needs them all. Segments without text make no cue; cue times never
+    go backwards."""
+
+    def __init__(self, sinks):
+        unknown = [f for f in sinks if f not in FORMATS]
+        if unknown:
+            raise ValueError(f"output format {unknown[0]!r} is not one of {', '.join(FORMATS)} (or 'all')")
+        self.sinks, self._n, self._last = sinks, 0, 0.0
+        self._segments = [] if "json" in sinks else None
+        for f, sink in sinks.items():
+            sink.write(_HEADS.get(f, ""))
+
+    def add(self, s):
+        if self._segments is not None:
+            self._segments.append(s)
+        text = s.text.strip()
         if not text:
-            continue
-        start = max(s.start, last)
-        end = max(s.end, start)
-        last = end
-        yield start, end, text
+            return
+        start = max(s.start, self._last)
+        end = self._last = max(s.end, start)
+        self._n += 1
+        for f, sink in self.sinks.items():
+            if f != "json":
+                # in subtitle text `-->` would end the cue's time line early
+                sink.write(_cue(f, self._n, start, end, text if f == "txt" else text.replace("-->", "->")))
 
-
-def to_txt(segments, info):
-    return "".join(s.text.strip() + "\n" for s in segments if s.text.strip())
-
-
-def to_srt(segments, info):
-    out = []
-    for i, (a, b, text) in enumerate(_cues(segments), 1):
-        out.append(f"{i}\n{format_timestamp(a, True, ',')} --> {format_timestamp(b, True, ',')}\n{text}\n\n")
-    return "".join(out)
-
-
-def to_vtt(segments, info):
-    out = ["WEBVTT\n\n"]
-    for a, b, text in _cues(segments):
-        out.append(f"{format_timestamp(a)} --> {format_timestamp(b)}\n{text}\n\n")
-    return "".join(out)
-
-
-def to_tsv(segments, info):
-    out = ["start\tend\ttext\n"]
-    for a, b, text in _cues(segments):
-        out.append(f"{int(round(a * 1000))}\t{int(round(b * 1000))}\t{text.replace(chr(9), ' ')}\n")
-    return "".join(out)
+    def finish(self, info):
+        if self._segments is not None:
+            self.sinks["json"].write(json.dumps(as_dict(self._segments, info), ensure_ascii=False, indent=1) + "\n")
 
 
 def as_dict(segments, info):
@@ -89,32 +99,36 @@ def as_dict(segments, info):
     return d
 
 
-def to_json(segments, info):
-    return json.dumps(as_dict(segments, info), ensure_ascii=False, indent=1) + "\n"
-
-
-_WRITERS = {"txt": to_txt, "srt": to_srt, "vtt": to_vtt, "tsv": to_tsv, "json": to_json}
-
-
 def render(segments, info, fmt):
     """The text of one format."""
-    if fmt not in _WRITERS:
-        raise ValueError(f"output format {fmt!r} is not one of {', '.join(FORMATS)} (or 'all')")
-    return _WRITERS[fmt](segments, info)
+    sink = io.StringIO()
+    out = Outputs({fmt: sink})
+    for s in segments:
+        out.add(s)
+    out.finish(info)
+    return sink.getvalue()
 
 
 def write(segments, info, audio_path, fmt, out_dir="."):
-    """Write `<out_dir>/<audio name without extension>.<fmt>` (every format for 'all');
-    return the paths written."""
+    """Write `<out_dir>/<audio name without extension>.<fmt>` (every format for 'all') as the
+    segments come — each file under a temporary name, renamed when the last segment is in, so
+    a transcription that fails midway leaves no file that looks finished; return the paths."""
     fmts = FORMATS if fmt == "all" else (fmt,)
-    segments = list(segments)
     os.makedirs(out_dir, exist_ok=True)
     stem = os.path.splitext(os.path.basename(audio_path))[0]
-    paths = []
-    for f in fmts:
-        path = os.path.join(out_dir, f"{stem}.{f}")
-        text = render(segments, info, f)
-        with open(path, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        paths.append(path)
-    return paths
+    paths = {f: os.path.join(out_dir, f"{stem}.{f}") for f in fmts}
+    with contextlib.ExitStack() as stack:
+        sinks = {f: stack.enter_context(open(p + ".partial", "w", encoding="utf-8")) for f, p in paths.items()}
+        try:
+            out = Outputs(sinks)
+            for s in segments:
+                out.add(s)
+            out.finish(info)
+        except BaseException:
+            stack.close()
+            for p in paths.values():
+                os.remove(p + ".partial")
+            raise
+    for p in paths.values():
+        os.replace(p + ".partial", p)
+    return list(paths.values())

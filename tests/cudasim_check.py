@@ -3,9 +3,11 @@
 Run by tests/test_cudasim.py in a subprocess (the simulator must be switched on before numba is
 imported):
 
-    NUMBA_ENABLE_CUDASIM=1 python tests/cudasim_check.py [--signatures SIGS.json]
+    NUMBA_ENABLE_CUDASIM=1 python tests/cudasim_check.py [--signatures SIGS.json] [--share DIR]
 
-prints one line per case ("CASE name maxdiff=...") and finally "REPORT {json}"; shapes are tiny,
+prints one line per case ("CASE name maxdiff=...") and finally "REPORT {json}" (--share: only
+the cases this process claims first, by creating a file named for the case in DIR, so that
+processes started with the same DIR share the cases between them); shapes are tiny,
 as the simulator runs one Python thread per CUDA thread. The simulator does no type inference, so
 the argument types of every launch can be saved, and
 
@@ -338,7 +340,19 @@ def recording(be, signatures):
     be.launch = record
 
 
-def simulate(signatures_path, gpu=False):
+def claimed(share, name):
+    """Whether this process runs case `name`: always without a share directory, else when it
+    is the first to create DIR/name."""
+    if share is None:
+        return True
+    try:
+        os.close(os.open(os.path.join(share, name), os.O_CREAT | os.O_EXCL))
+        return True
+    except FileExistsError:
+        return False
+
+
+def simulate(signatures_path, gpu=False, share=None):
     if not gpu and os.environ.get("NUMBA_ENABLE_CUDASIM") != "1":
         sys.exit("cudasim_check.py needs NUMBA_ENABLE_CUDASIM=1 in the environment (or --gpu)")
     assert isinstance(backend.get("cuda"), backend.CudaBackend)
@@ -349,6 +363,8 @@ def simulate(signatures_path, gpu=False):
     report = {"cases": {}, "failed": []}
     t0 = time.perf_counter()
     for name, case, inputs in CASES:
+        if not claimed(share, name):
+            continue
         want = case(cpu, *inputs)
         got = case(sim, *inputs)
         diff = max(float(np.max(np.abs(g.astype(np.float64) - w) / np.maximum(1.0, np.abs(w))))
@@ -431,4 +447,8 @@ if __name__ == "__main__":
     args = sys.argv[1:]
     if args[:1] == ["--ptx"]:
         sys.exit(compile_ptx(args[1]))
-    sys.exit(simulate(args[1] if args[:1] == ["--signatures"] else None, gpu=args[:1] == ["--gpu"]))
+    share = None
+    if "--share" in args:
+        share = args.pop(args.index("--share") + 1)
+        args.remove("--share")
+    sys.exit(simulate(args[1] if args[:1] == ["--signatures"] else None, gpu=args[:1] == ["--gpu"], share=share))

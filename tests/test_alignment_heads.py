@@ -38,5 +38,6 @@ def test_a_ggml_file_times_words_as_the_checkpoint_with_heads(tmp_path):
     words = []
     for m in (ct2, gg):
         segments, _ = m.transcribe(x, word_timestamps=True)
+        segments = list(segments)
         words.append([(w.word, w.start, w.end) for s in segments for w in s.words])
     assert words[0] and words[0] == words[1]

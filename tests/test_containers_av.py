@@ -30,6 +30,7 @@ def model():
 
 def text(model, source):
     segments, _ = model.transcribe(source)
+    segments = list(segments)
     return "".join(s.text for s in segments)
 
 

@@ -20,37 +20,67 @@ pytest.importorskip("numba_cuda", reason="numba-cuda is not installed (the [cuda
 pytestmark = pytest.mark.cudasim
 
 
-def run_check(args, simulator):
+PARTS = 2       # simulator processes at once: it runs one Python thread per CUDA thread, on one core
+
+
+def _env(simulator):
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     env.pop("NUMBA_ENABLE_CUDASIM", None)
     if simulator:
         env["NUMBA_ENABLE_CUDASIM"] = "1"
-    proc = subprocess.run([sys.executable, CHECK, *args], env=env, capture_output=True, text=True,
+    return env
+
+
+def _report(proc, stdout, stderr):
+    reports = [line for line in stdout.splitlines() if line.startswith("REPORT ")]
+    assert reports, f"no REPORT line (exit {proc.returncode}):\n{stdout}\n{stderr[-3000:]}"
+    return json.loads(reports[-1][len("REPORT "):])
+
+
+def run_check(args, simulator):
+    proc = subprocess.run([sys.executable, CHECK, *args], env=_env(simulator), capture_output=True, text=True,
                           timeout=600)
-    reports = [line for line in proc.stdout.splitlines() if line.startswith("REPORT ")]
-    assert reports, f"no REPORT line (exit {proc.returncode}):\n{proc.stdout}\n{proc.stderr[-3000:]}"
-    return proc, json.loads(reports[-1][len("REPORT "):])
+    return proc, _report(proc, proc.stdout, proc.stderr)
 
 
 @pytest.fixture(scope="module")
 def simulated(tmp_path_factory):
-    sigs = tmp_path_factory.mktemp("cudasim") / "signatures.json"
-    proc, report = run_check(["--signatures", str(sigs)], simulator=True)
-    return proc, report, sigs
+    """The simulator's cases in PARTS processes side by side, their reports and the argument
+    types of every launch merged."""
+    d = tmp_path_factory.mktemp("cudasim")
+    share = d / "claims"
+    share.mkdir()
+    procs = [subprocess.Popen([sys.executable, CHECK, "--signatures", str(d / f"sig{k}.json"), "--share", str(share)],
+                              env=_env(True), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for k in range(PARTS)]
+    outs = [p.communicate(timeout=600) for p in procs]
+    reports = [_report(p, out, err) for p, (out, err) in zip(procs, outs)]
+    report = {"cases": {}, "failed": [], "bodies": set()}
+    signatures = {}
+    for k, r in enumerate(reports):
+        report["cases"].update(r["cases"])
+        report["failed"] += r["failed"]
+        report["bodies"] |= set(r["bodies"])
+        for body, sigs in json.loads((d / f"sig{k}.json").read_text()).items():
+            signatures.setdefault(body, []).extend(x for x in sigs if x not in signatures.get(body, []))
+    sigs = d / "signatures.json"
+    sigs.write_text(json.dumps(signatures))
+    returncode = max(p.returncode for p in procs)
+    return returncode, "".join(out for out, _ in outs), "".join(err for _, err in outs), report, sigs
 
 
 def test_every_op_matches_cpu_under_the_simulator(simulated):
-    proc, report, _ = simulated
-    print(proc.stdout)
-    assert proc.returncode == 0 and not report["failed"], (
-        f"cases differing from the CPU backend: {report['failed']}\n{proc.stdout}\n{proc.stderr[-3000:]}")
+    returncode, stdout, stderr, report, _ = simulated
+    print(stdout)
+    assert returncode == 0 and not report["failed"], (
+        f"cases differing from the CPU backend: {report['failed']}\n{stdout}\n{stderr[-3000:]}")
     worst = max(report["cases"].values())
     assert worst <= 5e-6, f"max relative |Δ| {worst:.3g}"
 
 
 def test_every_body_runs_under_the_simulator(simulated):
     from nwhisper.kernels import _compile
-    _, report, _ = simulated
+    report = simulated[3]
     missing = sorted(set(_compile.bodies()) - set(report["bodies"]))
     assert not missing, f"kernel bodies no simulator case launches: {missing}"
 
@@ -59,7 +89,7 @@ def test_bodies_compile_for_cuda_without_float64(simulated):
     nvvm = pytest.importorskip("numba.cuda.cudadrv.nvvm")
     if not nvvm.is_available():
         pytest.skip("NVVM is not installed (pip install 'numba-cuda[cu13]')")
-    _, _, sigs = simulated
+    sigs = simulated[4]
     proc, report = run_check(["--ptx", str(sigs)], simulator=False)
     print(proc.stdout)
     assert not report["errors"], f"bodies the CUDA compiler rejects: {report['errors']}"

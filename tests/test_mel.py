@@ -90,3 +90,26 @@ def test_the_padded_signal_is_torch_stfts():
         want = np.pad(x, M.N_FFT // 2, mode="reflect")[:live * M.HOP_LENGTH + M.N_FFT]
         np.testing.assert_array_equal(M._padded(audio, total, 0, len(want)), want)
         np.testing.assert_array_equal(M._padded(audio, total, 333, len(want)), want[333:])
+
+
+@pytest.mark.parametrize("seconds", [20.0, 30.0, 30.01, 31.0, 65.0, 200.0])
+def test_windows_of_a_recording_read_in_pieces_are_the_whole_log_mel(seconds):
+    """The long form reads a file twice, never whole: LoudestFrame finds the clamp's reference
+    from its pieces, LogMelWindows computes each window's frames from the second pass. Every
+    window is the same float32 numbers as pad_frames of the whole recording's log-mel (one
+    pass, which test_log_mel_matches_hf holds to HF), at seeks that cut blocks and the end."""
+    from nwhisper.io.audio import SampleWindow
+
+    speech = load_audio(os.path.join(HERE, "..", "fixtures", "espeak", "en-63s.flac"))
+    n = int(seconds * M.SAMPLE_RATE) + 77
+    x = np.resize(speech, n) * np.float32(1.3)
+    content = n // M.HOP_LENGTH
+    whole = M.log_mel(x, 80, content + 1)[:content]
+    pieces = [x[i:i + 100003] for i in range(0, n, 100003)]
+    loudest = M.LoudestFrame(80)
+    for p in pieces:
+        loudest.feed(p)
+    windows = M.LogMelWindows(SampleWindow(pieces), n, loudest.finish(content + 1), 80)
+    for seek in sorted({0, 1, 2, 1500, 2999, 3000, 5000, content - 2500, content - 1}):
+        if 0 <= seek < content:
+            np.testing.assert_array_equal(windows.window(seek, M.N_FRAMES), M.pad_frames(whole, seek, M.N_FRAMES))

@@ -94,6 +94,7 @@ def check_session(events, native, model, x16):
     for c in completed:
         a, b = started[c["item_id"]], stopped[c["item_id"]]
         segments, _ = model.transcribe(x16[a * 16:b * 16], language="en")
+        segments = list(segments)
         assert c["transcript"] == "".join(s.text for s in segments).strip(), c
     long_item = max(completed, key=lambda c: stopped[c["item_id"]] - started[c["item_id"]])["item_id"]
     assert stopped[long_item] - started[long_item] > 2000
@@ -198,6 +199,7 @@ def test_manual_commit_and_clear(server, model):
     done = events[-1]
     assert len(committed) == 1 and committed[0]["item_id"] == done["item_id"]
     segments, _ = model.transcribe(resample(x24[1], 24000, 16000), language="en")
+    segments = list(segments)
     assert done["transcript"] == "".join(s.text for s in segments).strip()
     assert done["usage"] == {"type": "duration", "seconds": round(len(x24[1]) / 24000, 3)}
 

@@ -106,6 +106,7 @@ def check_finals(result, model, rate, spans):
         assert f["t0"] <= f["speech_t0"] < f["speech_t1"] <= f["t1"], f
         span = x[round(f["t0"] * SR):round(f["t1"] * SR)]
         segments, _ = model.transcribe(span)
+        segments = list(segments)
         assert f["text"] == "".join(s.text for s in segments), f
         assert f["proc_ms"] >= 0
         mid = (f["speech_t0"] + f["speech_t1"]) / 2

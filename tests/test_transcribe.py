@@ -76,6 +76,7 @@ def test_short_audio_ctx_matches_hf():
     assert r >= 0.99999
     assert np.allclose(np.linalg.norm(states, axis=1), g["row_norm"], rtol=1e-4)
     segments, _ = m.transcribe(x, audio_ctx=n)
+    segments = list(segments)
     assert [t for s in segments for t in s.tokens] == g["tokens"].tolist()
     assert "".join(s.text for s in segments) == str(g["text"])
     with pytest.raises(ValueError, match="too short"):
@@ -96,6 +97,7 @@ def test_cancelled_stops_after_the_encoder():
         m.transcribe(x, cancelled=lambda: asked.append(1) or True)
     assert asked == [1]
     segments, _ = m.transcribe(x, cancelled=lambda: False)
+    segments = list(segments)
     assert "ask not what your country" in "".join(s.text for s in segments)
 
 
@@ -110,6 +112,7 @@ def test_greedy_equals_hf_word_for_word(model):
         ref = g[key]
         segments, info = m.transcribe(audio(clip, g["audio_sha256"]), language=g["language"] if
                                       m.dims.is_multilingual else None)
+        segments = list(segments)
         ours = [t for s in segments for t in s.tokens]
         hf = [t for t in ref["tokens"][len(ref["prompt"]):] if t != eot]
         if ours != hf:
@@ -135,6 +138,7 @@ def test_int8_agrees_with_hf(name):
     for clip, g in clips:
         segments, info = m.transcribe(audio(clip, g["audio_sha256"]), language=g["language"] if
                                       m.dims.is_multilingual else None)
+        segments = list(segments)
         ours, ref = "".join(s.text for s in segments).strip(), g["notimestamps"]["text"].strip()
         identical += ours == ref
         ours_words += ours.split()
@@ -158,6 +162,7 @@ def test_long_form_against_faster_whisper(model):
     g = FW["models"][name]["clips"]["espeak/en-63s.flac"]
     segments, info = m.transcribe(audio("espeak/en-63s.flac", g["audio_sha256"]), language="en"
                                   if m.dims.is_multilingual else None)
+    segments = list(segments)
     ours = [(round(s.start, 2), round(s.end, 2), s.text, list(s.tokens)) for s in segments]
     ref = [(round(s["start"], 2), round(s["end"], 2), s["text"], s["tokens"]) for s in g["segments"]]
     words_o = " ".join(o[2] for o in ours).split()
@@ -185,6 +190,7 @@ def test_int8_long_form_keeps_every_window(name):
     g = FW["models"][name]["clips"]["espeak/en-63s.flac"]
     segments, _ = m.transcribe(audio("espeak/en-63s.flac", g["audio_sha256"]), language="en"
                                if m.dims.is_multilingual else None)
+    segments = list(segments)
     ours = " ".join(s.text for s in segments).split()
     ref = " ".join(s["text"] for s in g["segments"]).split()
     agree = difflib.SequenceMatcher(None, ours, ref).ratio()
@@ -263,3 +269,39 @@ def test_options_have_one_home_and_are_checked_there():
         m.transcribe(np.zeros(16000, np.float32), beam_width=5)
     with pytest.raises(ValueError, match="needs word_timestamps|word timings"):
         m.transcribe(np.zeros(16000, np.float32), hallucination_silence_threshold=1.0)
+
+
+def test_a_file_is_read_in_passes_and_its_segments_come_as_decoded(tmp_path, monkeypatch):
+    """A path is never decoded whole: its pieces (made small here) are read once for the
+    length, the loudest frame and the speech regions, and once more window by window; what is
+    held stays near one 30 s window however long the file. The transcript is the one of the
+    same samples in memory, and the segments come as each window is decoded (the info first,
+    after one encoder pass)."""
+    import soundfile as sf
+
+    from nwhisper.io import audio as A
+
+    x = np.concatenate([audio("espeak/en-63s.flac"), np.zeros(16000, np.float32), audio("jfk.wav")] * 2)
+    path = tmp_path / "long.flac"
+    sf.write(path, x, 16000)
+    m = nwhisper.load("tiny.en")
+    want = [(s.start, s.end, s.text) for s in m.transcribe(x, language="en")[0]]
+
+    monkeypatch.setattr(A, "BLOCK_VALUES", 1 << 15)
+    held, get = [], A.SampleWindow.get
+
+    def watched(self, lo, hi):
+        buf, at = get(self, lo, hi)
+        held.append(len(buf))
+        return buf, at
+    monkeypatch.setattr(A.SampleWindow, "get", watched)
+    done = []
+    segments, info = m.transcribe(str(path), language="en", progress=lambda d, t: done.append(d))
+    assert info.duration == len(x) / 16000 and not done     # one window encoded, none decoded
+    first = next(segments)
+    assert len(done) <= 1
+    got = [(s.start, s.end, s.text) for s in [first, *segments]]
+    assert got == want and len(done) >= 6
+    assert max(held) < 32 * 16000 + (1 << 15), f"held {max(held) / 16000:.1f} s of {len(x) / 16000:.0f} s"
+    got_bytes = [(s.start, s.end, s.text) for s in m.transcribe(path.read_bytes(), language="en")[0]]
+    assert got_bytes == want

@@ -91,9 +91,11 @@ class _Progress:
         self.drawn = True
 
     def close(self):
+        """Clear the bar (before a line is printed; the next call draws it again)."""
         if self.drawn:
             sys.stderr.write("\r\033[K")
             sys.stderr.flush()
+            self.drawn = False
 
 
 @cli.command()
@@ -149,19 +151,24 @@ def transcribe(args, lang, task, max_tokens, timestamps, nospeech, beam, best_of
                     no_speech_threshold=nospeech, beam_size=beam, best_of=best_of, temperature=temps,
                     word_timestamps=word_timestamps, hallucination_silence_threshold=hallucination_s, vad=vad,
                     condition_on_previous_text=not no_condition, initial_prompt=prompt, progress=bar)
+                if fmt is not None:
+                    paths = writers.write(segments, info, f, fmt, output_dir)
+                    bar.close()
+                    for path in paths:
+                        click.echo(path, err=True)
+                    continue
+                if len(files) > 1:
+                    click.echo(f"# {f}")
+                if timestamps:
+                    for s in segments:      # each line as its window is decoded
+                        bar.close()
+                        click.echo(f"[{_fmt_time(s.start)} --> {_fmt_time(s.end)}] {s.text.strip()}")
+                else:
+                    text = "".join(s.text for s in segments).strip()
+                    bar.close()
+                    click.echo(text)
             finally:
                 bar.close()
-            if fmt is not None:
-                for path in writers.write(segments, info, f, fmt, output_dir):
-                    click.echo(path, err=True)
-                continue
-            if len(files) > 1:
-                click.echo(f"# {f}")
-            if timestamps:
-                for s in segments:
-                    click.echo(f"[{_fmt_time(s.start)} --> {_fmt_time(s.end)}] {s.text.strip()}")
-            else:
-                click.echo("".join(s.text for s in segments).strip())
     except (CheckpointError, AudioError, OSError, ValueError, RuntimeError) as e:
         _fail(e)
 

@@ -1,6 +1,7 @@
 """Audio in: a file, bytes or a file object → 16 kHz mono float32 samples.
 
     load_audio("talk.flac")             # decode, average the channels, resample to 16 kHz
+    Recording("talk.m4a").pieces()      # the same in pieces, decoded again at each call
     resample(x, 44100)                  # band-limited rational resampling of a 1-D signal
     StreamResampler(48000).feed(piece)  # the same, for a signal that arrives in pieces
     pcm16_to_float32(chunk)             # raw little-endian s16 (streaming) → float32
@@ -66,17 +67,86 @@ def load_audio(source, sr=SAMPLE_RATE):
     source: a path (str or os.PathLike), bytes-like data of a whole file, or a binary file object.
     Channels are averaged; the result is resampled when the file's rate differs from `sr`.
     """
-    name, data = _open(source)
-    rate, blocks, frames = decode_blocks(name, data)
-    if not MIN_RATE <= rate <= MAX_RATE:
-        raise AudioError(name, f"sample rate {rate} Hz is outside the supported "
-                               f"{MIN_RATE}–{MAX_RATE} Hz")
-    audio = _gather(blocks, frames)
-    if audio.size == 0:
-        raise AudioError(name, "holds no audio samples")
-    if not np.isfinite(audio).all():
-        raise AudioError(name, "holds non-finite samples (NaN or infinity)")
-    return resample(audio, rate, sr) if rate != sr else audio
+    hint, pieces = Recording(source, sr).decode()
+    return _gather(pieces, hint)
+
+
+class Recording:
+    """A recording decoded on demand, as many times as it is read, never held whole:
+
+        rec = Recording("talk.m4a")
+        for piece in rec.pieces():      # mono float32 at 16 kHz, end to end load_audio's samples
+            ...
+
+    A long file is read twice by the long-form transcriber (once for its length and loudness,
+    once window by window), so a 3-hour recording needs the memory of a short one. Samples
+    already in memory (a float32 array at `sr`) are a recording too. The checks and errors are
+    load_audio's: a piece is only yielded once it has passed them."""
+
+    def __init__(self, source, sr=SAMPLE_RATE):
+        self.sr = sr
+        if isinstance(source, np.ndarray):
+            self.name, self._samples = "samples", np.asarray(source, np.float32).reshape(-1)
+        else:
+            self._samples = None
+            self.name, self._data = _open(source)
+
+    def pieces(self):
+        return self.decode()[1]
+
+    def decode(self):
+        """(the sample count the header declares at `sr`, or 0; the iterator of pieces). The
+        container is opened and checked here, before the first piece is asked for."""
+        if self._samples is not None:
+            return len(self._samples), iter((self._samples,))
+        if not isinstance(self._data, str):
+            self._data.seek(0)
+        rate, blocks, frames = decode_blocks(self.name, self._data)
+        if not MIN_RATE <= rate <= MAX_RATE:
+            raise AudioError(self.name, f"sample rate {rate} Hz is outside the supported "
+                                        f"{MIN_RATE}–{MAX_RATE} Hz")
+        return -(-frames * self.sr // rate), self._checked(rate, blocks)
+
+    def _checked(self, rate, blocks):
+        to_rate = StreamResampler(rate, self.sr) if rate != self.sr else None
+        n = 0
+        for b in blocks:
+            if not np.isfinite(b).all():
+                raise AudioError(self.name, "holds non-finite samples (NaN or infinity)")
+            n += len(b)
+            y = to_rate.feed(b) if to_rate else b
+            if len(y):
+                yield y
+        if n == 0:
+            raise AudioError(self.name, "holds no audio samples")
+        if to_rate:
+            yield to_rate.flush()
+
+
+class SampleWindow:
+    """Forward-only reading of a stream of sample pieces: `get(lo, hi)` → (buffer, at), the
+    buffer holding samples at … at + len(buffer) - 1 of the stream, which include lo … hi - 1
+    (or up to the end). Samples before the last `lo` asked for are let go; `n` is the stream's
+    length once its end has been read (None before)."""
+
+    def __init__(self, pieces):
+        self._pieces = iter(pieces)
+        self._held, self._at, self.n = [], 0, None
+        self._have = 0              # samples held
+
+    def get(self, lo, hi):
+        while self.n is None and self._at + self._have < hi:
+            piece = next(self._pieces, None)
+            if piece is None:
+                self.n = self._at + self._have
+                break
+            self._held.append(piece)
+            self._have += len(piece)
+        buf = np.concatenate(self._held) if len(self._held) != 1 else self._held[0]
+        drop = max(0, min(lo - self._at, len(buf)))
+        buf, self._at = buf[drop:], self._at + drop
+        self._held, self._have = [buf], len(buf)
+        return buf, self._at
 
 
 def _gather(blocks, hint):

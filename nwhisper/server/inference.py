@@ -2,8 +2,8 @@
 
     host = ModelHost("tiny.en", device="auto", unload_after=0)
     host.load()                                   # before the port opens (blocking)
-    job = host.submit(lambda m: m.transcribe(samples))
-    segments, info = await job.future             # on the IOLoop; the loop stays responsive
+    job = host.submit(lambda m: list(m.transcribe(samples)[0]))   # decoded on the worker
+    segments = await job.future                   # on the IOLoop; the loop stays responsive
 
 One transcription runs at a time: the device has one model, and two jobs sharing it would each
 take twice as long and hold twice the scratch memory. Jobs wait in a heap ordered by

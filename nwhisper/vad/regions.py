@@ -78,10 +78,28 @@ def options_for(det):
 def chunk_probs(samples, det):
     """p(speech) of every 512-sample chunk of `samples` (the last one zero-padded), from a reset
     detector — as silero-vad's get_speech_timestamps feeds its model."""
-    x = np.asarray(samples, np.float32)
-    x = np.concatenate([x, np.zeros(-len(x) % CHUNK, np.float32)])
-    det.reset()
-    return np.array([det(x[i:i + CHUNK]) for i in range(0, len(x), CHUNK)], np.float64)
+    probs = ChunkProbs(det)
+    probs.feed(samples)
+    return probs.finish()
+
+
+class ChunkProbs:
+    """chunk_probs of samples that arrive in pieces: feed(piece) … finish() → the probabilities."""
+
+    def __init__(self, det):
+        self.det, self._rest, self._probs = det, np.zeros(0, np.float32), []
+        det.reset()
+
+    def feed(self, samples):
+        x = np.concatenate([self._rest, np.asarray(samples, np.float32)])
+        whole = len(x) - len(x) % CHUNK
+        self._probs.extend(self.det(x[i:i + CHUNK]) for i in range(0, whole, CHUNK))
+        self._rest = x[whole:]
+
+    def finish(self):
+        if len(self._rest):
+            self.feed(np.zeros(CHUNK - len(self._rest), np.float32))
+        return np.array(self._probs, np.float64)
 
 
 def regions_from_probs(probs, n_samples, opts=SILERO, sr=SAMPLE_RATE):
