@@ -93,7 +93,6 @@ class Transcriber:
         iterator is read. progress(done_s, total_s) is called after every long-form window;
         on_segments(new) with each window's new segments (their times on this audio's clock);
         cancelled() after each encoder pass: True raises Cancelled (no decoding follows)."""
-        self._cancelled = cancelled
         opts = options or TranscribeOptions()
         if kw:
             opts = dataclasses.replace(opts, **kw)      # checked again by __post_init__
@@ -111,17 +110,17 @@ class Transcriber:
             if n > opts.audio_ctx * INPUT_STRIDE * M.HOP_LENGTH or opts.hallucination_silence_threshold is not None:
                 raise ValueError(f"audio_ctx {opts.audio_ctx} holds {opts.audio_ctx * TIME_PER_TOKEN:g} s: "
                                  f"too short for {duration:.2f} s of audio (a shorter context is for one short window)")
-        if n <= M.N_SAMPLES and opts.hallucination_silence_threshold is None or opts.audio_ctx is not None:
-            segments, info = self._short_form(samples, duration, opts, on_segments)
+        if opts.audio_ctx is not None or (n <= M.N_SAMPLES and opts.hallucination_silence_threshold is None):
+            segments, info = self._short_form(samples, duration, opts, on_segments, cancelled)
             return iter(segments), info
-        if scan is None:
-            scan = _scan(Recording(samples), self.model.dims.n_mels)
-        windows = self._long_form(audio if isinstance(audio, Recording) else Recording(samples), scan,
-                                  opts, progress, on_segments)
+        rec = audio if isinstance(audio, Recording) else Recording(samples)
+        windows = self._long_form(rec, scan or _scan(rec, self.model.dims.n_mels), opts, progress, on_segments,
+                                  cancelled)
         return windows, next(windows)
 
-    def _check_cancelled(self):
-        if self._cancelled is not None and self._cancelled():
+    @staticmethod
+    def _check(cancelled):
+        if cancelled is not None and cancelled():
             raise Cancelled()
 
     # ------------------------------------------------------------------ one window, with fallback
@@ -173,11 +172,11 @@ class Transcriber:
         return not any(r0 < b and r1 > a for r0, r1 in speech())
 
     # ------------------------------------------------------------------ the two conventions
-    def _short_form(self, audio, duration, opts, on_segments=None):
+    def _short_form(self, audio, duration, opts, on_segments=None, cancelled=None):
         n_frames = INPUT_STRIDE * opts.audio_ctx if opts.audio_ctx else self.n_frames
         mel = M.log_mel(audio, self.model.dims.n_mels, n_frames)
         enc = self.model.encode(mel)
-        self._check_cancelled()
+        self._check(cancelled)
         lang, lang_p, probs = self._language(enc, opts.language)
         info = TranscriptionInfo(lang, lang_p, duration, probs)
         timestamps = opts.timestamps
@@ -198,7 +197,7 @@ class Transcriber:
             on_segments(segments)
         return segments, info
 
-    def _long_form(self, rec, scan, opts, progress=None, on_segments=None):
+    def _long_form(self, rec, scan, opts, progress=None, on_segments=None, cancelled=None):
         """A generator: first the TranscriptionInfo (once the first window is encoded), then
         each window's segments as they are decoded. The log-mel is the whole recording's
         (normalised by its loudest frame, which `scan` found), read window by window from a
@@ -218,7 +217,7 @@ class Transcriber:
         while seek < content:
             size = min(self.n_frames, content - seek)
             enc = self.model.encode(mel.window(seek, self.n_frames))
-            self._check_cancelled()
+            self._check(cancelled)
             if lang is None:
                 lang, lang_p, probs = self._language(enc, opts.language)
                 yield TranscriptionInfo(lang, lang_p, duration, probs)

@@ -97,8 +97,9 @@ class Recording:
     def decode(self):
         """(the sample count the header declares at `sr`, or 0; the iterator of pieces). The
         container is opened and checked here, before the first piece is asked for."""
-        if self._samples is not None:
-            return len(self._samples), iter((self._samples,))
+        if self._samples is not None:       # views, a block at a time, as a file's pieces come
+            x = self._samples
+            return len(x), (x[i:i + BLOCK_VALUES] for i in range(0, max(len(x), 1), BLOCK_VALUES))
         if not isinstance(self._data, str):
             self._data.seek(0)
         rate, blocks, frames = decode_blocks(self.name, self._data)
