@@ -40,6 +40,9 @@ class Backend:
     """What both backends share: the launcher lookup and the scratch buffers."""
 
     name = None
+    # What the ops choose their variants by (an op never reads `name`): the arrays are NumPy
+    # arrays in host memory, so NumPy, BLAS and array views work on them where they lie.
+    on_host = False
 
     def __init__(self, target):
         self._launchers = _compile.launchers(target)
@@ -204,6 +207,7 @@ class CpuBackend(Backend):
     """Kernels as Numba parallel loops over NumPy arrays; GEMMs on BLAS."""
 
     name = "cpu"
+    on_host = True
     # Below this many scalar steps a launch runs serially: about the cost of starting and joining
     # a parallel region on a quiet machine, 2-5 µs while Numba's workers spin between launches
     # (one thread pool: kernels/blas.py), ~50 µs where they must sleep (NumPy's BLAS has a pool

@@ -545,15 +545,36 @@ def test_scratch_is_reused_and_grows(be):
 
 # --- machinery ---
 
-# Read at collection, before any backend exists: making one rewrites a stale file (with a warning),
-# which would hide that the committed file is stale (an installed, read-only package cannot heal).
-FRESH_AT_COLLECTION = {t: _compile.is_fresh(t) for t in ("cpu", "cuda")}
-
-
 def test_launchers_are_fresh():
-    for target, fresh in FRESH_AT_COLLECTION.items():
-        assert fresh, (f"{_compile.path(target)} did not match the kernel bodies: run "
-                       "`python -m nwhisper.kernels` and commit it")
+    for target in ("cpu", "cuda"):
+        assert _compile.is_fresh(target), (f"{_compile.path(target)} did not match the kernel bodies: run "
+                                           "`python -m nwhisper.kernels` and commit it")
+
+
+def test_nothing_under_the_package_is_written_at_run_time(tmp_path):
+    """A stale launcher file is refused with the command that writes it, never rewritten in the
+    installed package (which may be read-only, and which two processes may start at once); a
+    fresh process that transcribes writes nothing under nwhisper/ but Numba's own cache."""
+    import nwhisper
+
+    pkg = os.path.dirname(nwhisper.__file__)
+
+    def listing():
+        return {os.path.join(d, f): os.stat(os.path.join(d, f)).st_mtime_ns
+                for d, dirs, files in os.walk(pkg) if "__pycache__" not in d for f in files}
+    before = listing()
+    code = ("import numpy as np, nwhisper; m = nwhisper.load('tiny.en'); "
+            "print(''.join(s.text for s in m.transcribe(np.zeros(16000, np.float32))[0]))")
+    subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, timeout=600)
+    assert listing() == before
+    real = _compile.source
+    try:
+        _compile.source = lambda target: real(target) + "# edited\n"
+        with pytest.raises(RuntimeError, match="python -m nwhisper.kernels"):
+            _compile.launchers("cpu")
+    finally:
+        _compile.source = real
+    assert listing() == before
 
 
 def test_cpu_bodies_compute_in_float32():
@@ -611,7 +632,8 @@ def test_cpu_path_never_imports_numba_cuda():
 
 def test_an_edited_body_is_not_served_from_a_stale_cache(tmp_path):
     """Numba's cache of a launcher keys on the launcher's file, not on the body it inlines: edit a
-    body in a copy of the package and the launcher file must be rewritten and the edit must run."""
+    body in a copy of the package and the stale launcher is refused (naming the command), then
+    `python -m nwhisper.kernels` writes it again and the edit runs."""
     import shutil
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     shutil.copytree(os.path.join(root, "nwhisper"), tmp_path / "nwhisper",
@@ -623,19 +645,18 @@ def test_an_edited_body_is_not_served_from_a_stale_cache(tmp_path):
             "print(x[0, 0])\n")
     env = dict(os.environ, PYTHONPATH=str(tmp_path), NUMBA_CACHE_DIR=str(tmp_path / "cache"))
 
-    def run():
-        proc = subprocess.run([sys.executable, "-c", code], env=env, cwd=tmp_path,
-                              capture_output=True, text=True, check=True)
-        return float(proc.stdout.split()[-1]), proc.stderr
+    def run(*args):
+        return subprocess.run([sys.executable, *args], env=env, cwd=tmp_path, capture_output=True, text=True)
 
-    assert run()[0] == 3.0  # compiles and caches
+    assert float(run("-c", code).stdout.split()[-1]) == 3.0  # compiles and caches
     path = tmp_path / "nwhisper" / "kernels" / "elementwise.py"
     text = path.read_text()
     assert "    x[i] *= s\n" in text
     path.write_text(text.replace("    x[i] *= s\n", "    x[i] *= s + s\n"))
-    value, stderr = run()
-    assert value == 6.0, "the edited body did not run: a stale cached launcher was used"
-    assert "rewriting _launch_cpu.py" in stderr
+    stale = run("-c", code)
+    assert stale.returncode != 0 and "run `python -m nwhisper.kernels`" in stale.stderr, stale.stderr[-500:]
+    assert run("-m", "nwhisper.kernels").returncode == 0
+    assert float(run("-c", code).stdout.split()[-1]) == 6.0, "a stale cached launcher was used"
 
 
 def test_stft_power_fast_path_equals_portable_body():

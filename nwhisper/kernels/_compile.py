@@ -21,8 +21,8 @@ process ran a layernorm in 0.7 s, imports included). So the launchers are writte
 
 A cached launcher has its body compiled into it, and Numba keys that cache on the launcher's own
 file only: an edited body would keep running its old code. Each generated file therefore records
-a digest of the bodies' sources; ``launchers()`` rewrites a stale file (a new file stamp, so Numba
-recompiles) before importing it, and a test keeps the committed files fresh.
+a digest of the bodies' sources; ``launchers()`` refuses a stale file (rewriting it would write
+into the installed package at run time), and a test keeps the committed files fresh.
 
 The CUDA launchers are imported only when a CUDA backend asks for them: the CPU path never imports
 ``numba.cuda``. Under the simulator ``cuda`` must be a module-level global of the module that
@@ -34,7 +34,6 @@ import importlib
 import inspect
 import os
 import types
-import warnings
 
 # Modules of nwhisper.kernels that hold bodies, in the order their launchers are written.
 BODY_MODULES = ("norm", "activation", "reduce", "pick", "elementwise", "conv", "matmul", "attention", "spectral", "vad_ops")
@@ -181,14 +180,10 @@ def write(target):
 
 
 def launchers(target):
-    """The launcher module for `target`, regenerated first if a body changed since it was written."""
+    """The launcher module for `target`. Nothing under the package is written at run time (an
+    install may be read-only, and two processes may start at once): a file that no longer
+    matches the bodies is refused, naming the command that writes it."""
     if not is_fresh(target):
-        if not os.access(os.path.dirname(path(target)), os.W_OK):
-            raise RuntimeError(f"{path(target)} does not match the kernel bodies and cannot be "
-                               "rewritten here; run `python -m nwhisper.kernels` "
-                               "in a writable checkout")
-        warnings.warn(f"kernel bodies changed: rewriting {os.path.basename(path(target))} "
-                      "(its kernels recompile once)", stacklevel=2)
-        write(target)
-        importlib.invalidate_caches()
+        raise RuntimeError(f"{path(target)} does not match the kernel bodies (a body was edited): "
+                           "run `python -m nwhisper.kernels` in the checkout to write it again")
     return importlib.import_module(f"nwhisper.kernels._launch_{target}")

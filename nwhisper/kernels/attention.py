@@ -264,22 +264,21 @@ def attention(be, q, k, v, out, n_head, causal=False, q_offset=0, weights=True, 
         n_keys, q_offset = None, 0
     else:
         at = None
-    if n_keys is not None and be.name == "cpu":
+    if n_keys is not None and be.on_host:
         k, v, n_keys = k[:n_keys], v[:n_keys], None   # NumPy's views are cheap; BLAS wants them
     nq = q.shape[0]
     nk = k.shape[k.ndim - 2] if n_keys is None else n_keys  # (nk, width) or head-major (H, nk, hd)
-    keep = weights or be.name != "cpu" or nq <= FEW_QUERIES or isinstance(k, Int8Heads)
+    how = variant(be, nq, nk, k, causal)
+    keep = weights or not be.on_host or nq <= FEW_QUERIES or isinstance(k, Int8Heads)
     p = be.scratch("attention.p", (n_head, nq, nk)) if keep else None
-    rows = be.name == "cpu" and nq <= FEW_QUERIES and k.ndim == 2 and nk <= SHORT_KEYS
-    if q.shape[1] != width and not rows:
+    if q.shape[1] != width and how != "rows":
         q = be.columns(q, 0, width)     # the queries alone (attend_row reads them in place)
-    if isinstance(k, Int8Heads) or (be.name == "cpu" and k.ndim == 3 and nq <= FEW_QUERIES
-                                     and not causal):
+    if how == "heads":
         attention_heads(be, q, k, v, out, p, weights)
-    elif be.name != "cpu":
+    elif how == "device":
         if not be.attention_fast(q, k, v, out, p, causal, q_offset, at):
             attention_portable(be, q, k, v, out, p, causal, q_offset)
-    elif rows:
+    elif how == "rows":
         hd = width // n_head
         be.launch(attend_row, n_head * nq, q, k, v, p, out, nq, nk, hd,
                   np.float32(1.0 / math.sqrt(hd)), causal, q_offset,
@@ -289,6 +288,26 @@ def attention(be, q, k, v, out, n_head, causal=False, q_offset=0, weights=True, 
         attention_blas(be, q, k, v, out, n_head, p, causal, q_offset,
                        int8 and p is None and not causal and gemm_int8.available())
     return p if weights else None
+
+
+def variant(be, nq, nk, k, causal):
+    """Which implementation attention() runs: the first of these that applies.
+
+      heads   keys as Int8Heads, or head-major on the host for a few queries and no mask (the
+              decoder's cross-attention): attention_heads, both products in one pass a head
+      device  a device backend: its fast path where it has one (be.attention_fast), else the
+              three portable bodies (attention_portable, the reference)
+      rows    the host, a few queries over short row-major keys (the decoder's self-attention):
+              attend_row, both products in one body
+      blas    the host otherwise (the encoder): per head, two BLAS products around exp_rows
+    """
+    if isinstance(k, Int8Heads) or (be.on_host and k.ndim == 3 and nq <= FEW_QUERIES and not causal):
+        return "heads"
+    if not be.on_host:
+        return "device"
+    if nq <= FEW_QUERIES and k.ndim == 2 and nk <= SHORT_KEYS:
+        return "rows"
+    return "blas"
 
 
 def attention_portable(be, q, k, v, out, p, causal, q_offset):

@@ -54,7 +54,7 @@ def conv1d(be, x, w, b, out, stride):
     if out.shape != (t_out, c_out):
         raise ValueError(f"conv1d: out is {out.shape}, expected {(t_out, c_out)}")
     cols = be.scratch("conv1d.cols", (t_out, c_in * KERNEL_SIZE))
-    if be.name == "cpu":
+    if be.on_host:
         im2col_numpy(x, cols, stride)
     else:
         be.launch(im2col_elem, cols.size, x, cols, t_in, c_in, stride)

@@ -28,9 +28,8 @@ import numpy as np
 from nwhisper.kernels._compile import kernel
 from nwhisper.kernels.vecmath import fast_exp, from_key, order_key
 
-# Chunks of the row, by backend: on the CPU few (each costs loop set-up: 32 took 8.6 µs a
-# 51864-word row on 2 cores, 128 took 12.1), on CUDA a thread each, so more.
-PARTS = {"cpu": 32, "cuda": 128}
+# Chunks of the row: on the host few (each costs a loop's set-up), on a device a thread each.
+HOST_PARTS, DEVICE_PARTS = 32, 128
 
 
 @kernel
@@ -124,7 +123,7 @@ def pick(be, logits, mask, rules, ts_begin, out):
     mask (1, V) f32 and rules (4,) int32 (this module's docstring), the first timestamp id
     ts_begin; out (2,) f32, on the device."""
     n = logits.shape[1]
-    count = PARTS.get(be.name, 128)
+    count = HOST_PARTS if be.on_host else DEVICE_PARTS
     parts = be.scratch("pick.parts", (count, 6))
     be.launch(pick_part, count, logits, mask, rules, parts, -(-n // count), ts_begin, work=2 * n)
     be.launch(pick_join, 1, parts, rules, out)

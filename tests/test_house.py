@@ -1,0 +1,92 @@
+"""Rules of the house, checked on the source: no import circle among nwhisper's modules, no op
+module that chooses a variant by a backend's name (ops read capabilities: be.on_host), and no
+file that names the documents outside the repository this project was specified from."""
+
+import ast
+import os
+import re
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+PKG = os.path.join(ROOT, "nwhisper")
+
+
+def modules():
+    """{dotted name: path} of nwhisper's modules (package __init__ files as the package)."""
+    found = {}
+    for d, _, files in os.walk(PKG):
+        for f in files:
+            if f.endswith(".py"):
+                rel = os.path.relpath(os.path.join(d, f), ROOT)[:-3].replace(os.sep, ".")
+                found[rel[:-len(".__init__")] if rel.endswith(".__init__") else rel] = os.path.join(d, f)
+    return found
+
+
+def top_level_imports(name, path, known):
+    """The nwhisper modules `name` imports when it is imported (not those inside functions)."""
+    tree = ast.parse(open(path, encoding="utf-8").read())
+    package = name if path.endswith("__init__.py") else name.rsplit(".", 1)[0]
+    out = set()
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                base = ".".join(parts[:len(parts) - node.level + 1] + ([base] if base else []))
+            for alias in node.names:
+                sub = f"{base}.{alias.name}"
+                out.add(sub if sub in known else base)
+        elif isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+    return {m for m in out if m in known and m != name}
+
+
+def test_no_import_circle():
+    known = modules()
+    graph = {m: top_level_imports(m, p, known) for m, p in known.items()}
+    # a package's __init__ runs before its modules: an edge into a package is not a circle back
+    graph = {m: {t for t in ts if not known[t].endswith("__init__.py")} for m, ts in graph.items()}
+    state, circles = {}, []
+
+    def visit(m, stack):
+        state[m] = "open"
+        stack.append(m)
+        for t in sorted(graph[m]):
+            if state.get(t) == "open":
+                circles.append(stack[stack.index(t):] + [t])
+            elif t not in state:
+                visit(t, stack)
+        stack.pop()
+        state[m] = "done"
+    for m in sorted(graph):
+        if m not in state:
+            visit(m, [])
+    assert not circles, "import circles: " + "; ".join(" -> ".join(c) for c in circles)
+
+
+def test_no_op_module_reads_a_backend_name():
+    offenders = []
+    for f in sorted(os.listdir(os.path.join(PKG, "kernels"))):
+        if not f.endswith(".py") or f.startswith("_launch"):
+            continue
+        tree = ast.parse(open(os.path.join(PKG, "kernels", f), encoding="utf-8").read())
+        offenders += [f"kernels/{f}:{n.lineno}" for n in ast.walk(tree)
+                      if isinstance(n, ast.Attribute) and n.attr == "name"
+                      and isinstance(n.value, ast.Name) and n.value.id == "be"]
+    assert not offenders, f"ops choosing by be.name (read a capability instead): {offenders}"
+
+
+def test_nothing_names_the_documents_outside_the_repository():
+    outside = re.compile(r"\b(SPEC|DESIGN|PEERS|STYLE|DATA)\.md\b|\.\./shared|\bseeds/")
+    hits = []
+    for top in ("nwhisper", "tests", "fixtures", "bench", "docs", ".ci"):
+        for d, _, files in os.walk(os.path.join(ROOT, top)):
+            for f in files:
+                if f.endswith((".py", ".md", ".sh", ".html", ".js", ".txt", ".toml")) or f == "run":
+                    path = os.path.join(d, f)
+                    text = open(path, encoding="utf-8", errors="replace").read()
+                    if path != os.path.abspath(__file__) and outside.search(text):
+                        hits.append(os.path.relpath(path, ROOT))
+    for f in ("README.md", "pyproject.toml"):
+        if outside.search(open(os.path.join(ROOT, f), encoding="utf-8").read()):
+            hits.append(f)
+    assert not hits, hits
