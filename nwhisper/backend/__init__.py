@@ -1,0 +1,34 @@
+"""The dispatch object that model code talks to: arrays, transfers, GEMM and kernel launches.
+
+    be = backend.get("auto")                  # CpuBackend or CudaBackend
+    x = be.empty((1500, d), np.float32)
+    be.launch(layernorm_row, rows, x, w, b, y, d, np.float32(1e-5))   # one body, either target
+    be.gemm(y, W, out, bias)                  # out = y @ W.T + bias
+
+base.py  Backend: what both share (launcher lookup, scratch buffers, int8 weights, the op hooks
+         with their portable bodies, replay of a decoder step) and the capabilities the ops
+         choose their variants by (`on_host`)
+cpu.py   CpuBackend: NumPy arrays, Numba parallel loops, BLAS from Numba's own threads
+cuda.py  CudaBackend: numba.cuda device arrays, CUDA grids and their fast paths; whether CUDA
+         can run here (cuda_unusable)
+"""
+
+from nwhisper.backend.base import Backend
+from nwhisper.backend.cpu import CpuBackend
+from nwhisper.backend.cuda import CudaBackend, cuda_unusable
+
+__all__ = ["Backend", "CpuBackend", "CudaBackend", "cuda_unusable", "get"]
+
+
+def get(kind="auto"):
+    """A backend: 'cpu', 'cuda' (RuntimeError saying why when unusable), or 'auto' (CUDA if usable)."""
+    if kind == "cpu":
+        return CpuBackend()
+    if kind not in ("auto", "cuda"):
+        raise ValueError(f"unknown backend {kind!r}: expected 'auto', 'cpu' or 'cuda'")
+    why = cuda_unusable()
+    if why is None:
+        return CudaBackend()
+    if kind == "cuda":
+        raise RuntimeError(f"the CUDA backend cannot run: {why}")
+    return CpuBackend()

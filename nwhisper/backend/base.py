@@ -1,0 +1,182 @@
+"""What both backends share: the launcher lookup, the scratch buffers, int8 weights, the op hooks
+(each with its portable body, which a backend may replace by a fast path) and the replay of a
+decoder step. Ops read a backend's capabilities (`on_host`), never its name.
+"""
+
+import math
+import os
+
+import numpy as np
+
+from nwhisper.kernels import _compile
+from nwhisper.kernels.elementwise import add
+from nwhisper.kernels.matmul import Int8Weight, linear_elem, quantize_int8
+from nwhisper.kernels.norm import layernorm_row
+from nwhisper.kernels.reduce import softmax_row
+
+
+class Backend:
+    """What both backends share: the launcher lookup and the scratch buffers."""
+
+    name = None
+    # What the ops choose their variants by (an op never reads `name`): the arrays are NumPy
+    # arrays in host memory, so NumPy, BLAS and array views work on them where they lie.
+    on_host = False
+
+    def __init__(self, target):
+        self._launchers = _compile.launchers(target)
+        self._fns = {}
+        self._scratch = {}
+        self.scratch_generation = 0   # bumped whenever a scratch buffer is (re)allocated
+        self.replays = os.environ.get("NWHISPER_REPLAY", "1") != "0"   # replay() records
+        self._position_from_host = False
+
+    def _launcher(self, kernel, suffix=""):
+        fn = self._fns.get((kernel, suffix))
+        if fn is None:
+            fn = getattr(self._launchers, kernel.__name__ + suffix, None)
+            if fn is None:
+                raise KeyError(f"{kernel.__module__}.{kernel.__name__} is not a kernel body: "
+                               "decorate it with @kernel in a module of _compile.BODY_MODULES")
+            self._fns[(kernel, suffix)] = fn
+        return fn
+
+    def scratch(self, name, shape, dtype=np.float32):
+        """A reusable array of `shape` for the op called `name`; contents undefined.
+
+        One buffer per (name, dtype), grown geometrically, so a decoder whose key count grows by
+        one each step does not allocate each step. Valid until the next scratch(name) call.
+        """
+        shape = tuple(shape)
+        key = (name, np.dtype(dtype))
+        buf, views = self._scratch.get(key, (None, None))
+        view = views.get(shape) if views else None
+        if view is not None:
+            return view  # the same view again: a device array's slicing is costly Python
+        size = math.prod(shape)
+        if buf is None or buf.size < size:
+            grown = size if buf is None else max(size, 2 * buf.size)
+            buf, views = self.empty((max(grown, 1),), dtype), {}
+            self._scratch[key] = buf, views
+            self.scratch_generation += 1
+        if len(views) >= 512:  # shapes that grow by a key each step: keep the cache bounded
+            views.clear()
+        view = views[shape] = buf[:size].reshape(shape)
+        return view
+
+    # Up to this many rows an int8 weight runs linear_elem (a GEMV streaming the int8 rows once
+    # for all rows); above, a GEMM: the CPU's int8 GEMM when the weight was packed for it, the
+    # full matrix's on CUDA.
+    GEMV_ROWS = 8
+
+    def weight_int8(self, a, quantized_rows=True, columns=None):
+        """A matrix for gemm as int8 rows with per-row scales (kernels.matmul.Int8Weight); the
+        full-precision matrix (`a` prepared by weight()) stays beside it for GEMMs of many rows.
+
+        quantized_rows=False: the activations multiplied by this matrix must not be quantised
+        (the CPU's int8 GEMM does so per row). The decoder's: its hidden states carry a few
+        outlier features whose row scale crushes the rest — measured, tiny.en's prompts through
+        the int8 GEMM lost a whole window of the 63 s clip.
+
+        columns (i,) f32: the matrix is a · diag(columns) (model._column_scales)."""
+        if columns is not None:
+            a = np.asarray(a, np.float32) * columns   # the full-precision matrix as well
+        full = self.weight(a)
+        return Int8Weight(*quantize_int8(self, full), full)
+
+    def _linear_body(self, x, w, out, bias, accumulate=False):
+        """out = x @ w.T (+ bias) by linear_elem (out += … when `accumulate`); w f32/f16 (CPU:
+        uint16 bits) or an Int8Weight."""
+        q, scale = (w.q, w.scale) if isinstance(w, Int8Weight) else (w, self._none)
+        n, n_in = x.shape
+        self.launch(linear_elem, q.shape[0], x, q, scale,
+                    self._none if bias is None else bias, out, n, n_in, accumulate,
+                    work=n * q.shape[0] * n_in // 64)  # vectorised: ~64 MACs per scalar step
+
+    def flat(self, a):
+        """`a` as one dimension (an elementwise kernel's view)."""
+        return a.reshape(-1)
+
+    def columns(self, x, start, stop):
+        """x[:, start:stop] of a C-contiguous 2-D array: a view."""
+        return x[:, start:stop]
+
+    def normalized(self, x, ln):
+        """LayerNorm(x) (ln = (w, b, eps)) in a scratch buffer: what gemm multiplies where it does
+        not fuse the normalisation into its product; x itself for ln None."""
+        if ln is None:
+            return x
+        h = self.scratch("gemm.ln", x.shape)
+        self.layernorm(x, ln[0], ln[1], h, np.float32(ln[2]))
+        return h
+
+    def gemm_add(self, x, w, out, bias=None):
+        """out += x @ w.T (+ bias), as gemm into a scratch buffer and add_elem; a backend may fuse
+        the two."""
+        tmp = self.scratch("gemm_add", out.shape)
+        self.gemm(x, w, tmp, bias)
+        add(self, out, tmp, out)
+
+    def heads(self, x, n_head):
+        """Keys or values (n, H*hd) that many queries will attend to, in the layout this
+        backend's attention reads fastest: here as they are."""
+        return x
+
+    def softmax_rows(self, x, scale=1.0, nq=1, causal=False, q_offset=0):
+        """x = softmax(scale * x) along rows, in place, masked as reduce.softmax_row says;
+        x (rows, n) f32. The portable body; a backend may run a faster equivalent."""
+        self.launch(softmax_row, x.shape[0], x, x.shape[1], np.float32(scale), nq, causal,
+                    q_offset, work=x.size)
+
+    def layernorm(self, x, w, b, out, eps):
+        """out = LayerNorm(x) row by row (kernels.norm.layernorm); the portable body here."""
+        self.launch(layernorm_row, x.shape[0], x, w, b, out, x.shape[1], eps, work=x.size)
+
+    def attention_fast(self, q, k, v, out, p, causal, q_offset, at):
+        """kernels.attention's product by this backend's own kernels; False where it has none
+        (then the portable launches run)."""
+        return False
+
+    def attends_at(self, nq, hd, k):
+        """Whether this backend's attention of nq queries over keys k reads their causal offset
+        from a device array (kernels.attention's `at`). Where it does not, a replay of the
+        launches being run would repeat a position taken from the host: noted, so that replay()
+        does not record them."""
+        self._position_from_host = True
+        return False
+
+    def write(self, dst, src):
+        """dst[...] = host array src, dst from this backend (of src's shape and dtype)."""
+        dst[...] = src
+
+    def replay(self, owner, run):
+        """run() -- launches that read whatever changes from one call to the next from device
+        memory, so that they are the same launches, with the same arguments, every time -- as
+        cheaply as this backend can repeat them; `owner` holds the recording and lives as long
+        as the arrays run() reads (a decoder state).
+
+        The first call runs run() and sees whether it read a position from the host
+        (attends_at); the second records it as it runs (_record); later calls play the
+        recording (_play) and return the recorded result (the same arrays, new contents). It is
+        recorded anew when a scratch buffer was reallocated (its arrays may be gone), never when
+        the position came from the host or the backend does not replay (`replays`)."""
+        rec = owner.__dict__.get("_nw_replay")
+        if rec is not None and rec[0] == self.scratch_generation:
+            if rec[1] is None:
+                return run()
+            self._play(rec[1])
+            return rec[2]
+        if rec is None or not self.replays:  # first call (or no replays): run it, see what it reads
+            self._position_from_host = False
+            result = run()
+            fixed = self.replays and not self._position_from_host
+            owner.__dict__["_nw_replay"] = ("run once", None, None) if fixed else (
+                self.scratch_generation, None, None)
+            return result
+        generation = self.scratch_generation
+        result, recording = self._record(run)
+        if recording is None or generation != self.scratch_generation:
+            owner.__dict__["_nw_replay"] = ("run once", None, None)   # try again next call
+        else:
+            owner.__dict__["_nw_replay"] = (generation, recording, result)
+        return result

@@ -1,0 +1,193 @@
+"""CpuBackend: arrays are NumPy arrays; a kernel body runs as a Numba parallel loop; GEMMs run on
+BLAS, called from Numba's own threads (kernels/blas.py: one thread pool). Numba has no float16
+on the CPU and NumPy no float16 BLAS, so f16 data is widened to f32 once, when it is uploaded or
+prepared as a weight (or read as f16 bits by the decoder's GEMV). A decoder step is replayed as
+the list of calls it made.
+"""
+
+import os
+
+import numpy as np
+
+from nwhisper.kernels import blas, gemm_int8
+from nwhisper.kernels.attention import FEW_QUERIES, SHORT_KEYS
+from nwhisper.kernels.matmul import Int8Weight, quantize_int8
+from nwhisper.backend.base import Backend
+
+
+class CpuBackend(Backend):
+    """Kernels as Numba parallel loops over NumPy arrays; GEMMs on BLAS."""
+
+    name = "cpu"
+    on_host = True
+    # Below this many scalar steps a launch runs serially: about the cost of starting and joining
+    # a parallel region on a quiet machine, 2-5 µs while Numba's workers spin between launches
+    # (one thread pool: kernels/blas.py), ~50 µs where they must sleep (NumPy's BLAS has a pool
+    # of its own). Measured on 2 cores, a decoder step with the first against 1 << 15: tiny.en
+    # 1.26 -> 0.99 ms (int8), 2.24 -> 1.81 ms (float32); base 2.35 -> 1.77, 4.46 -> 3.49 ms.
+    PARALLEL_WORK = 1 << 11
+    PARALLEL_WORK_ASLEEP = 1 << 15
+
+    def __init__(self):
+        super().__init__("cpu")
+        self._none = np.empty((0,), np.float32)
+        self._zero_at = np.zeros((1,), np.int32)   # attend_row's `at` where there is none
+        self._tape = None   # while replay() records: [(function, args)] of every call
+        if not blas.available():
+            # NumPy's BLAS keeps a thread pool of its own (kernels/blas.py says why that
+            # matters): Numba's OpenMP workers must then sleep after each parallel loop, or
+            # their spinning takes the cores from the next GEMM's threads and the other way
+            # round (2 cores, measured: a one-row layernorm right after a GEMM took 4-5 ms
+            # instead of 0.05 ms). Read when Numba first loads its OpenMP layer, so before the
+            # first parallel launch; a user's setting wins.
+            os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+            self.PARALLEL_WORK = self.PARALLEL_WORK_ASLEEP
+
+    def empty(self, shape, dtype=np.float32):
+        return np.empty(shape, dtype)
+
+    def zeros(self, shape, dtype=np.float32):
+        return np.zeros(shape, dtype)
+
+    def upload(self, a):
+        """The array as the kernels take it: C-contiguous, f16 widened to f32; no copy otherwise."""
+        a = np.asarray(a)
+        if a.dtype == np.float16:
+            return a.astype(np.float32)
+        return np.require(a, requirements=("C", "A"))
+
+    def download(self, a):
+        """A host copy (as from a device: later kernels do not change it)."""
+        return np.array(a)
+
+    def weight(self, a, gemv=False):
+        """A matrix for gemm: C-contiguous f32 (f16 widened once; f32 kept without a copy).
+
+        gemv=True, for a matrix that is mostly multiplied by a few rows (the decoder's): an f16
+        matrix stays f16, as its bits in a uint16 array (kernels/widen.py), which linear_elem
+        reads at half the bytes, for any number of rows (a prompt's too: measured at or above
+        BLAS's speed up to 224 rows, where widening the matrix for BLAS cost more than the
+        product). A uint16 matrix is taken as such bits."""
+        a = np.asarray(a)
+        if a.dtype == np.float16 and gemv:
+            return np.require(a, requirements=("C", "A")).view(np.uint16)
+        if a.dtype == np.uint16:
+            a = a.view(np.float16)
+        return np.require(a, np.float32, ("C", "A"))
+
+    def weight_int8(self, a, quantized_rows=True, columns=None):
+        """As Backend.weight_int8, without the full-precision matrix: every product reads the
+        int8 rows, quantised from the checkpoint's own (f16) weights, the columns' scales
+        applied in the quantiser. Many rows run on the int8 GEMM where it runs (gemm_int8.available, the rows
+        packed for it here), else on linear_elem with float activations, as do all products of
+        a matrix with quantized_rows=False (a decoder's prompt: at BLAS's speed, measured)."""
+        w = Int8Weight(*quantize_int8(self, self.weight(a, gemv=True), columns), None)  # f16 bits
+        if quantized_rows and gemm_int8.available() and w.shape[0] % gemm_int8.COLS == 0:
+            w.packed = gemm_int8.PackedInt8(w.q, w.scale)
+        return w
+
+    def _on_body(self, x, w):
+        """Whether gemm multiplies x by w with linear_elem (not BLAS, not the int8 GEMM)."""
+        if isinstance(w, Int8Weight):
+            return x.shape[0] <= self.GEMV_ROWS or w.packed is None
+        return w.dtype == np.uint16
+
+    def gemm_add(self, x, w, out, bias=None):
+        """As Backend.gemm_add; on linear_elem and on BLAS (kernels/blas.py) the sum is added as
+        it is stored (one launch)."""
+        if self._on_body(x, w):
+            self._linear_body(x, w, out, bias, accumulate=True)
+        elif isinstance(w, Int8Weight):
+            super().gemm_add(x, w, out, bias)
+        else:
+            self.host(blas.gemm, x, w, out, True, 1.0, True, bias)
+
+    def gemm(self, x, w, out, bias=None, ln=None):
+        """out[n, o] = x[n, i] @ w[o, i].T (+ bias[o]), of LayerNorm(x) when ln = (w, b, eps) is
+        given (normalized: here a launch of its own); x, out f32 2-D; w from weight() or
+        weight_int8(). f32 on BLAS in Numba's threads (kernels/blas.py; it matches or beats
+        linear_elem from one row up, bench/kernels.py); f16 bits on linear_elem; int8 on
+        linear_elem, or above GEMV_ROWS rows on the int8 GEMM (activations quantised per row)
+        when the weight was packed for it."""
+        x = self.normalized(x, ln)
+        if self._on_body(x, w):    # int8 rows, or f16 bits (weight(gemv=True))
+            self._linear_body(x, w, out, bias)
+            return
+        if isinstance(w, Int8Weight):
+            gemm_int8.gemm(x, w.packed, bias, out, self.scratch)
+            return
+        if w.dtype != np.float32:
+            raise TypeError(f"gemm: the weight is {w.dtype}; prepare it with be.weight() "
+                            "(NumPy has no BLAS for it)")
+        self.host(blas.gemm, x, w, out, True, 1.0, False, bias)
+
+    def heads(self, x, n_head):
+        """Head-major (H, n, hd) copy of keys or values (n, H*hd): each head's rows contiguous,
+        so one batched BLAS call per product reads them as a stream (a decoder step's
+        cross-attention reads all 1500 of them per layer; measured 1.5-2x faster than
+        per-head products over the interleaved rows)."""
+        n, width = x.shape
+        return np.ascontiguousarray(x.reshape(n, n_head, width // n_head).transpose(1, 0, 2))
+
+    def launch(self, kernel, count, *args, work=None):
+        """Run body `kernel(i, *args)` for i in range(count): in parallel when the launch has at
+        least PARALLEL_WORK scalar steps (`work`, default `count`: one per item), else serially
+        in this thread: sharing out a smaller one costs more than it saves (_compile.py says
+        why)."""
+        if count <= 0:
+            return
+        serial = (count if work is None else work) < self.PARALLEL_WORK
+        try:
+            self.host(self._launcher(kernel, "_serial" if serial else ""), count, *args)
+        except Exception as e:
+            if any(getattr(a, "dtype", None) == np.float16 for a in args):
+                raise TypeError(f"{kernel.__name__}: float16 arrays cannot reach CPU kernels; "
+                                "pass them through be.upload() or be.weight()") from e
+            raise
+
+    def host(self, fn, *args):
+        """fn(*args): a compiled launcher, or a NumPy or BLAS call on this backend's arrays,
+        written into the recording when replay() is recording (every op of a CPU decoder step
+        comes here, so that a replay repeats all of them)."""
+        fn(*args)
+        if self._tape is not None:
+            self._tape.append((fn, args))
+
+    def attends_at(self, nq, hd, k):
+        """As Backend.attends_at: kernels.attention's attend_row (a decoder's few queries over
+        its row-major cache) reads it from `at`."""
+        if nq <= FEW_QUERIES and getattr(k, "ndim", 0) == 2 and k.shape[0] <= SHORT_KEYS:
+            return True
+        return super().attends_at(nq, hd, k)
+
+    def _record(self, run):
+        """replay()'s recording: run() with every call noted (host)."""
+        self._tape = tape = []
+        try:
+            result = run()
+        finally:
+            self._tape = None
+        return result, [(self._entry(fn, args), args) for fn, args in tape]
+
+    @staticmethod
+    def _entry(fn, args):
+        """What a replay calls for fn(*args): the compiled code that the Numba dispatcher `fn`
+        chose for these arguments, called directly -- a replay's arguments never change type,
+        and typing them and finding the overload again was ~0.2 µs of every call (measured when a
+        tiny.en step was 63 launches, with no work: 67 -> 55 µs). `fn` itself where it is not a dispatcher (NumPy,
+        blas.gemm) or chose by converting the arguments (no overload of their exact types)."""
+        overloads = getattr(fn, "overloads", None)
+        if overloads is None:
+            return fn
+        compiled = overloads.get(tuple(fn.typeof_pyval(a) for a in args))
+        return fn if compiled is None else compiled.entry_point
+
+    @staticmethod
+    def _play(tape):
+        """The recorded calls again: a decoder step without the Python that chose them (~60
+        calls; the model's code, scratch lookups and dispatch cost ~0.1 ms a step)."""
+        for fn, args in tape:
+            fn(*args)
+
+    def sync(self):
+        pass
