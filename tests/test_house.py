@@ -1,6 +1,7 @@
 """Rules of the house, checked on the source: no import circle among nwhisper's modules, no op
-module that chooses a variant by a backend's name (ops read capabilities: be.on_host), and no
-file that names the documents outside the repository this project was specified from."""
+module that chooses a variant by a backend's name (ops read capabilities: be.on_host), no file
+that names the documents outside the repository this project was specified from, and no module
+much over 500 lines."""
 
 import ast
 import os
@@ -90,3 +91,15 @@ def test_nothing_names_the_documents_outside_the_repository():
         if outside.search(open(os.path.join(ROOT, f), encoding="utf-8").read()):
             hits.append(f)
     assert not hits, hits
+
+
+def test_no_module_is_over_about_500_lines():
+    """A module a reader can hold: the generated launchers (_launch_*.py) aside."""
+    long = []
+    for d, _, files in os.walk(PKG):
+        for f in files:
+            if f.endswith(".py") and not f.startswith("_launch_"):
+                n = sum(1 for _ in open(os.path.join(d, f), encoding="utf-8"))
+                if n > 510:
+                    long.append(f"{os.path.relpath(os.path.join(d, f), ROOT)}: {n} lines")
+    assert not long, long

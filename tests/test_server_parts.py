@@ -17,7 +17,7 @@ from tornado.httputil import HTTPHeaders, HTTPServerRequest, RequestStartLine
 
 from nwhisper.cli.serve import parse_addr
 from nwhisper.server import auth, formats, tls
-from nwhisper.server.app import _language
+from nwhisper.server.transcription import _language
 from nwhisper.server.inference import DRAFT, FINAL, Abandoned, ModelHost
 from nwhisper.server.limits import Busy, Slots
 from nwhisper.server.upload import Reject, parse
