@@ -21,10 +21,8 @@ class CpuBackend(Backend):
     name = "cpu"
     on_host = True
     # Below this many scalar steps a launch runs serially: about the cost of starting and joining
-    # a parallel region on a quiet machine, 2-5 µs while Numba's workers spin between launches
-    # (one thread pool: kernels/blas.py), ~50 µs where they must sleep (NumPy's BLAS has a pool
-    # of its own). Measured on 2 cores, a decoder step with the first against 1 << 15: tiny.en
-    # 1.26 -> 0.99 ms (int8), 2.24 -> 1.81 ms (float32); base 2.35 -> 1.77, 4.46 -> 3.49 ms.
+    # a parallel region, small while Numba's workers spin between launches (one thread pool:
+    # kernels/blas.py), far larger where they must sleep (NumPy's BLAS has a pool of its own).
     PARALLEL_WORK = 1 << 11
     PARALLEL_WORK_ASLEEP = 1 << 15
 
@@ -37,9 +35,9 @@ class CpuBackend(Backend):
             # NumPy's BLAS keeps a thread pool of its own (kernels/blas.py says why that
             # matters): Numba's OpenMP workers must then sleep after each parallel loop, or
             # their spinning takes the cores from the next GEMM's threads and the other way
-            # round (2 cores, measured: a one-row layernorm right after a GEMM took 4-5 ms
-            # instead of 0.05 ms). Read when Numba first loads its OpenMP layer, so before the
-            # first parallel launch; a user's setting wins.
+            # round, and a one-row launch after a GEMM waits for milliseconds. Read when Numba
+            # first loads its OpenMP layer, so before the first parallel launch; a user's
+            # setting wins.
             os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
             self.PARALLEL_WORK = self.PARALLEL_WORK_ASLEEP
 

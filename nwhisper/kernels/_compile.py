@@ -43,20 +43,19 @@ HELPER_MODULES = ("widen", "vecmath")
 # CPU: float reassociation lets Numba vectorise the reductions; no 'nnan'/'ninf', because
 # attention masks and decoding rules use -inf. NumPy's error model: a division gives inf or nan
 # instead of testing its divisor to raise ZeroDivisionError (Python's model, @njit's default),
-# a branch per division that kept LLVM from vectorising any loop that divides -- the serial
-# launchers' GELU of one decoder row took 4.0 µs instead of 0.5 (prange's loops were never
-# affected: Numba compiles them under NumPy's model). CUDA: exact IEEE (its fastmath flushes
+# a branch per division that keeps LLVM from vectorising any loop that divides (prange's loops
+# are compiled under NumPy's model anyway). CUDA: exact IEEE (its fastmath flushes
 # denormals and approximates division). Numba's cache does not key on these flags: after a change
 # here, delete the kernels' cached objects (__pycache__/*.nbi, *.nbc) or set NUMBA_CACHE_DIR anew.
 CPU_JIT = "cache=True, error_model='numpy', fastmath={'arcp', 'contract', 'nsz', 'reassoc'}"
 # A CPU body in INLINED is inlined into its launchers in Numba's IR: compiled on its own, a body
-# too big for LLVM to inline (linear_elem, once vectorised) cost a call per work item, with every
-# array passed field by field -- the 51864-row vocabulary GEMV took 0.45-0.59 ms instead of 0.27.
+# too big for LLVM to inline (linear_elem, once vectorised) costs a call per work item, with every
+# array passed field by field.
 CPU_BODY_JIT = "inline='always', error_model='numpy', fastmath={'arcp', 'contract', 'nsz', 'reassoc'}"
-# Only linear_elem: it is where the calls cost (51864 items of one row each); inlining the rest
-# measured no faster. Inlined, layernorm_row rounds differently (its sums reassociated another
-# way: up to 9.5e-7, as near float64 either way), and that alone made int8 tiny.en lose a window
-# of the 63 s clip (test_int8_long_form_keeps_every_window): that decode sits on a knife edge.
+# Only linear_elem: it is where the calls cost (the vocabulary's rows, one item each); inlining
+# the rest is no faster. Inlined, layernorm_row rounds differently (its sums reassociated another
+# way, as near float64 either way), and int8 tiny.en's 63 s clip has a window that sits on that
+# knife edge (test_int8_long_form_keeps_every_window).
 INLINED = ("linear_elem",)
 CUDA_DEVICE_JIT = "device=True"
 CUDA_KERNEL_JIT = "cache=True"

@@ -125,8 +125,8 @@ def _gemm_parallel(parts, a, b, c, trans_b, alpha, beta, bias):
         _block(t, parts, a, b, c, trans_b, alpha, beta, bias)
 
 
-# Below this many multiply-adds a product runs in the calling thread: ~10 µs of sgemm, a few
-# times what sharing it out costs.
+# Below this many multiply-adds a product runs in the calling thread: sharing it out would cost
+# more than it saves.
 PARALLEL_MACS = 1 << 17
 
 _NO_BIAS = np.empty((0,), np.float32)
