@@ -16,24 +16,18 @@ The filters are an additive mask on the device, and the timestamp rules reduce t
 step (`TimestampRules.ranges`): kernels/pick.py applies both, takes the argmax and its
 log-probability on the device, and two floats come back per step, never the row of logits.
 
-Beyond greedy (openai-whisper's decoding.py, piece for piece):
-
-  * beam search — N hypotheses decoded as N rows of ONE decoder call per step (each row with its
-    own KV cache, reordered as beams are kept and dropped; `Whisper.decode_batch`), with Hugging
-    Face's rules for candidates, finished hypotheses and stopping (see `GreedyDecoder._beam`);
-  * sampling at temperature T > 0 with best_of rows, again one batched call per step;
-  * `compression_ratio`, the fallback signal (gzip ratio of the text, zlib here as openai).
+Beam search and sampling, which look at whole rows of logits, are search.py's; the result of a
+window (DecodingResult, with its compression ratio, the fallback signal) is records.py's.
 """
 
 from __future__ import annotations
 
-import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
 from . import kernels as K
-from .records import TranscribeOptions
+from .records import DecodingResult, TranscribeOptions
 
 NEG_INF = np.float32(-np.inf)
 
@@ -50,32 +44,6 @@ class DecodingOptions:
     beam_size: int | None = None        # None or 1: greedy; N: beam search with N beams (T = 0)
     best_of: int | None = None          # samples drawn at T > 0, the most probable kept
     patience: float = 1.0               # beam search stops after round(N · patience) finished
-
-
-@dataclass
-class DecodingResult:
-    tokens: list                        # sampled tokens, without the prompt and without EOT
-    sum_logprob: float = 0.0
-    no_speech_prob: float = float("nan")
-    language: str | None = None
-    prompt: list = field(default_factory=list)
-    temperature: float = 0.0
-    text: str = ""
-
-    @property
-    def compression_ratio(self):
-        return compression_ratio(self.text)
-
-    @property
-    def avg_logprob(self):
-        # openai-whisper divides by len + 1: the end-of-text token's log-probability is included.
-        return self.sum_logprob / (len(self.tokens) + 1)
-
-
-def compression_ratio(text):
-    """len(utf-8) / len(zlib(utf-8)) — openai-whisper's repetition signal (> 2.4: fall back)."""
-    b = text.encode("utf-8")
-    return len(b) / len(zlib.compress(b)) if b else 0.0
 
 
 def build_prompt(tok, options: DecodingOptions, multilingual: bool):
@@ -194,7 +162,7 @@ class HostFilters:
         return row
 
 
-def _start(model, tok, enc, prompt):
+def start_window(model, tok, enc, prompt):
     """Decode the prompt on a fresh one-row state; (state, device logits of the last position,
     no-speech probability read at <|startoftranscript|>)."""
     be = model.be
@@ -208,7 +176,7 @@ def _start(model, tok, enc, prompt):
 
 
 class GreedyDecoder:
-    """Greedy decoding of one window on a `Whisper` model."""
+    """Greedy decoding of one window on a `Whisper` model: the filters, the device's argmax."""
 
     def __init__(self, model, tok, ck):
         self.model, self.tok, self.be = model, tok, model.be
@@ -235,132 +203,28 @@ class GreedyDecoder:
         return self._masks[key]
 
     def decode(self, enc, options: DecodingOptions, prompt=None):
-        """Decode one window whose encoder states are `enc` (on the device): greedy at T = 0,
-        beam search when options.beam_size > 1, best-of sampling at T > 0."""
-        tok, model = self.tok, self.model
+        """Decode one window whose encoder states are `enc` (on the device), greedily."""
         if prompt is None:
-            prompt = build_prompt(tok, options, model.dims.is_multilingual)
-        if options.temperature > 0:
-            res = self._sample(enc, options, prompt)
-        elif options.beam_size and options.beam_size > 1:
-            res = self._beam(enc, options, prompt)
-        else:
-            res = self._greedy(enc, options, prompt)
+            prompt = build_prompt(self.tok, options, self.model.dims.is_multilingual)
+        res = self.search(enc, options, prompt)
         res.temperature = options.temperature
-        res.text = tok.decode([t for t in res.tokens if t < tok.eot])
+        res.text = self.tok.decode([t for t in res.tokens if t < self.tok.eot])
         return res
 
-    def _limit(self, options, prompt):
+    def search(self, enc, options, prompt):
+        """The tokens of one window from its prompt: here the argmax at every step (search.py's
+        WindowDecoder adds beam search and sampling)."""
+        return self._greedy(enc, options, prompt)
+
+    def limit(self, options, prompt):
+        """How many tokens a window may add after `prompt`."""
         return max(0, min(options.max_tokens, self.model.dims.n_text_ctx - len(prompt)))
-
-    def _beam(self, enc, options, prompt):
-        """Beam search as Hugging Face transformers runs it (generate(num_beams=N), whose text is
-        the reference here), the N beams as N rows of one batched decoder call per step:
-
-          * log-probabilities are log_softmax of the raw logits, THEN filtered (suppressed
-            tokens get −inf; the rest are not renormalised);
-          * each step the best 2N continuations over all beams; a continuation ending in EOT is
-            a finished hypothesis only if it ranks in the top N, scored sum / generated length
-            (EOT counted; length_penalty 1); the best N non-finished continue;
-          * the N best finished are kept; the search stops when the best running beam, scored
-            the same way, cannot beat the worst of N finished (early_stopping=False), or at the
-            token limit, where every candidate counts as finished.
-        openai-whisper's beam search (N+1 candidates per beam, ranked by sum / length without
-        EOT) differs from it in those details and can pick another hypothesis."""
-        tok, model, be = self.tok, self.model, self.be
-        n = options.beam_size
-        filters = HostFilters(self, options)
-        single, last, nsp = _start(model, tok, enc, prompt)
-        limit = self._limit(options, prompt)
-        rows = be.download(last)
-        running, scores = [[]], [0.0]
-        finished = []                     # (score / length, sum, tokens without EOT)
-        open_ = True
-        batch = None
-        for step in range(limit):
-            rows = rows[:len(running)]
-            m = rows.max(-1, keepdims=True)
-            lp = rows - (m + np.log(np.exp(rows - m).sum(-1, keepdims=True)))     # (beams, V) f32
-            for b, seq in enumerate(running):
-                filters(lp[b], seq)
-            tot = (lp + np.asarray(scores, np.float32)[:, None]).ravel()
-            top = np.argpartition(-tot, 2 * n)[:2 * n]
-            top = top[np.argsort(-tot[top], kind="stable")]
-            V = rows.shape[1]
-            cands = [(float(tot[i]), int(i // V), int(i % V)) for i in top]
-            at_limit = step == limit - 1
-            nxt = []
-            for rank, (sc, b, t) in enumerate(cands):
-                if t == tok.eot or at_limit:
-                    if rank < n and open_:
-                        seq = running[b] + ([] if t == tok.eot else [t])
-                        finished.append((sc / (step + 1), sc, seq))
-                elif len(nxt) < n:
-                    nxt.append((sc, b, t))
-            finished = sorted(finished, key=lambda f: -f[0])[:n]
-            if len(finished) == n and nxt and nxt[0][0] / (step + 1) <= finished[-1][0]:
-                open_ = False
-            if at_limit or not open_ or not nxt:
-                break
-            while len(nxt) < n:
-                nxt.append(nxt[0])
-            if batch is None:
-                batch = model.new_batch(single, n)
-            else:
-                batch.reorder([b for _, b, _ in nxt])
-            running = [running[b] + [t] for _, b, t in nxt]
-            scores = [sc for sc, _, _ in nxt]
-            rows = be.download(model.decode_batch(batch, np.asarray([t for _, _, t in nxt], np.int32)))
-        if not finished:
-            return DecodingResult(tokens=[], no_speech_prob=nsp, prompt=list(prompt))
-        _, total, best = finished[0]
-        return DecodingResult(tokens=best, sum_logprob=total, no_speech_prob=nsp, prompt=list(prompt))
-
-    def _sample(self, enc, options, prompt):
-        """best_of samples at temperature T as rows of one batched call per step; the one with
-        the highest sum log-prob / length is kept (openai's ranker)."""
-        tok, model, be = self.tok, self.model, self.be
-        n = max(1, options.best_of or 1)
-        filters = HostFilters(self, options)
-        single, last, nsp = _start(model, tok, enc, prompt)
-        limit = self._limit(options, prompt)
-        rng = self.rng
-        seqs = [[] for _ in range(n)]
-        sums = [0.0] * n
-        done = [False] * n
-        rows = np.repeat(be.download(last), n, axis=0)
-        batch = model.new_batch(single, n) if limit > 0 else None
-        for _ in range(limit):
-            nxt = []
-            for b in range(n):
-                if done[b]:
-                    nxt.append(tok.eot)
-                    continue
-                row = filters(rows[b].copy(), seqs[b])
-                lp = log_softmax(row)
-                z = row.astype(np.float64) / options.temperature
-                p = np.exp(z - z.max())
-                p /= p.sum()
-                t = int(rng.choice(len(p), p=p))
-                sums[b] += float(lp[t])
-                if t == tok.eot:
-                    done[b] = True
-                else:
-                    seqs[b].append(t)
-                nxt.append(t)
-            if all(done):
-                break
-            rows = be.download(model.decode_batch(batch, np.asarray(nxt, np.int32)))
-        best = max(range(n), key=lambda b: sums[b] / (len(seqs[b]) + 1))
-        return DecodingResult(tokens=seqs[best], sum_logprob=sums[best], no_speech_prob=nsp,
-                              prompt=list(prompt))
 
     def _greedy(self, enc, options, prompt):
         tok, model, be = self.tok, self.model, self.be
-        room = model.dims.n_text_ctx - len(prompt)
-        limit = max(0, min(options.max_tokens, room))
+        limit = self.limit(options, prompt)
         rules = TimestampRules(tok, self.n_vocab, options.max_initial_timestamp) if options.timestamps else None
-        state, last, nsp = _start(model, tok, enc, prompt)
+        state, last, nsp = start_window(model, tok, enc, prompt)
         result = DecodingResult(tokens=[], prompt=list(prompt), no_speech_prob=nsp)
         whole = (0, tok.timestamp_begin, self.n_vocab, 0)    # no timestamps: any token, no rule 5
         while len(result.tokens) < limit:

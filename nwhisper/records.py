@@ -12,6 +12,7 @@ them.
 
 from __future__ import annotations
 
+import zlib
 from dataclasses import dataclass, field
 
 
@@ -105,3 +106,31 @@ class TranscriptionInfo:
     all_language_probs: dict | None = None
     duration_after_vad: float | None = None
     speech_regions: list = field(default_factory=list)   # [(start_s, end_s)] with vad
+
+
+@dataclass
+class DecodingResult:
+    """One window's decoding: its tokens and the numbers the fallback and the no-speech skip read."""
+
+    tokens: list                        # sampled tokens, without the prompt and without EOT
+    sum_logprob: float = 0.0
+    no_speech_prob: float = float("nan")
+    language: str | None = None
+    prompt: list = field(default_factory=list)
+    temperature: float = 0.0
+    text: str = ""
+
+    @property
+    def compression_ratio(self):
+        return compression_ratio(self.text)
+
+    @property
+    def avg_logprob(self):
+        # openai-whisper divides by len + 1: the end-of-text token's log-probability is included.
+        return self.sum_logprob / (len(self.tokens) + 1)
+
+
+def compression_ratio(text):
+    """len(utf-8) / len(zlib(utf-8)) — openai-whisper's repetition signal (> 2.4: fall back)."""
+    b = text.encode("utf-8")
+    return len(b) / len(zlib.compress(b)) if b else 0.0

@@ -27,8 +27,9 @@ import numpy as np
 
 from . import mel as M
 from .io.audio import Recording, SampleWindow
-from .decoding import DecodingOptions, GreedyDecoder, detect_language
+from .decoding import DecodingOptions, detect_language
 from .records import Cancelled, Segment, TranscribeOptions, TranscriptionInfo
+from .search import WindowDecoder
 from .timing import add_word_timestamps
 from .vad import regions
 
@@ -72,7 +73,7 @@ class Transcriber:
 
     def __init__(self, model, tok, ck):
         self.model, self.tok, self.ck = model, tok, ck
-        self.decoder = GreedyDecoder(model, tok, ck)
+        self.decoder = WindowDecoder(model, tok, ck)
         self.n_frames = 2 * model.dims.n_audio_ctx
 
     def _language(self, enc, language):

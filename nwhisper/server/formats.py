@@ -20,8 +20,8 @@ verbose_json  OpenAI's TranscriptionVerbose: task, language (the full English na
 from __future__ import annotations
 
 import json
-import zlib
 
+from ..records import compression_ratio
 from ..tokenizer import LANGUAGE_CODES
 
 FORMATS = ("json", "text", "srt", "vtt", "verbose_json")
@@ -51,12 +51,6 @@ LANGUAGE_NAMES = {code: name.replace("_", " ") for code, name in LANGUAGE_NAMES.
 
 def transcript(segments):
     return "".join(s.text for s in segments).strip()
-
-
-def compression_ratio(text):
-    """openai-whisper's gzip compression ratio of a text (its repetition-loop detector)."""
-    data = text.encode("utf-8")
-    return len(data) / len(zlib.compress(data)) if data else 0.0
 
 
 def verbose(segments, info, task, temperature=0.0):
