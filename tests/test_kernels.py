@@ -677,3 +677,35 @@ def test_stft_power_fast_path_equals_portable_body():
     want = np.abs(np.fft.rfft(x)) ** 2
     check("stft fast", fast, want, rtol=1e-9)
     check("stft portable", slow, want, rtol=1e-9)
+
+
+PROBE = """
+import pickle, sys
+sys.path.insert(0, sys.argv[2])
+import numpy as np
+import cudasim_check
+from nwhisper import backend
+cpu = backend.get("cpu")
+out = {name: [np.asarray(x).copy() for x in case(cpu, *inputs)] for name, case, inputs in cudasim_check.CASES}
+pickle.dump(out, open(sys.argv[1], "wb"))
+"""
+
+
+def test_kernels_compiled_here_and_loaded_from_the_cache_compute_the_same(tmp_path):
+    """Every op case of tests/cudasim_check.py on the CPU backend, in a process that compiles
+    the kernels (an empty Numba cache) and in one that loads them from it: the same bits. (A body
+    linked into its launcher rather than inlined rounded its sums one way or the other, so the
+    first run after an install could transcribe differently from the next.)"""
+    import pickle
+
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "cache"))
+    here = os.path.dirname(os.path.abspath(__file__))
+    runs = []
+    for k in range(2):
+        subprocess.run([sys.executable, "-c", PROBE, str(tmp_path / f"{k}.pkl"), here], env=env, check=True,
+                       capture_output=True, timeout=600)
+        with open(tmp_path / f"{k}.pkl", "rb") as f:
+            runs.append(pickle.load(f))
+    differ = [name for name in runs[0]
+              if any(not np.array_equal(a, b) for a, b in zip(runs[0][name], runs[1][name]))]
+    assert not differ, f"compiled and cached kernels differ: {differ}"

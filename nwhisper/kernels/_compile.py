@@ -4,7 +4,7 @@ A *body* is a plain module-level Python function that does ONE work item, given 
 arrays (``def layernorm_row(i, x, w, b, out, n, eps)``). ``@kernel`` registers it; nothing else is
 written per kernel. Each body gets two thin launchers:
 
-    CPU   numba.njit(cache=True) body, called from
+    CPU   numba.njit(inline='always') body, inlined into
           @njit(parallel=True, cache=True) def name(count, *args): for i in prange(count): body(i, *args)
           and from a serial twin `name_serial` (plain range) for launches too small to share out:
           a parallel region costs a few µs when quiet (~50 where the workers sleep between
@@ -48,15 +48,14 @@ HELPER_MODULES = ("widen", "vecmath")
 # denormals and approximates division). Numba's cache does not key on these flags: after a change
 # here, delete the kernels' cached objects (__pycache__/*.nbi, *.nbc) or set NUMBA_CACHE_DIR anew.
 CPU_JIT = "cache=True, error_model='numpy', fastmath={'arcp', 'contract', 'nsz', 'reassoc'}"
-# A CPU body in INLINED is inlined into its launchers in Numba's IR: compiled on its own, a body
-# too big for LLVM to inline (linear_elem, once vectorised) costs a call per work item, with every
-# array passed field by field.
+# Every CPU body is inlined into its launchers in Numba's IR, so that a launcher is one function,
+# compiled the same way whether this process compiles it or loads it from Numba's cache. A body
+# compiled on its own and linked in rounds its reassociated sums one way when the launcher is
+# compiled in the same process and another when the launcher comes from the cache (layernorm,
+# attend_row, Silero's cells: the first run after an install then transcribed a long int8
+# recording differently from every later run); and a big body (linear_elem, vectorised) costs
+# a call per work item, every array passed field by field.
 CPU_BODY_JIT = "inline='always', error_model='numpy', fastmath={'arcp', 'contract', 'nsz', 'reassoc'}"
-# Only linear_elem: it is where the calls cost (the vocabulary's rows, one item each); inlining
-# the rest is no faster. Inlined, layernorm_row rounds differently (its sums reassociated another
-# way, as near float64 either way), and int8 tiny.en's 63 s clip has a window that sits on that
-# knife edge (test_int8_long_form_keeps_every_window).
-INLINED = ("linear_elem",)
 CUDA_DEVICE_JIT = "device=True"
 CUDA_KERNEL_JIT = "cache=True"
 
@@ -87,7 +86,7 @@ def bodies():
 def digest(found):
     """Hash of the bodies' sources and the compile options: it changes when any launcher must."""
     h = hashlib.sha256()
-    h.update(f"{CPU_JIT}|{CPU_BODY_JIT}|{INLINED}|{CUDA_DEVICE_JIT}|{CUDA_KERNEL_JIT}".encode())
+    h.update(f"{CPU_JIT}|{CPU_BODY_JIT}|{CUDA_DEVICE_JIT}|{CUDA_KERNEL_JIT}".encode())
     for mod in HELPER_MODULES:
         h.update(inspect.getsource(importlib.import_module(f"nwhisper.kernels.{mod}")).encode())
     for name, body in found.items():
@@ -140,7 +139,7 @@ def source(target):
         args = ", ".join(_params(body))
         lines += ["", ""]
         if target == "cpu":
-            lines += [f"_{name} = njit({CPU_BODY_JIT if name in INLINED else CPU_JIT})({name}_body)", "", "",
+            lines += [f"_{name} = njit({CPU_BODY_JIT})({name}_body)", "", "",
                       f"@njit(parallel=True, {CPU_JIT})",
                       f"def {name}(count, {args}):",
                       "    for i in prange(count):",
