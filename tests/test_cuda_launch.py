@@ -12,7 +12,7 @@ import ctypes
 import numpy as np
 import pytest
 
-pytest.importorskip("numba_cuda", reason="numba-cuda is not installed (the [cuda] extra)")
+import numba_cuda  # noqa: F401  (the test extra installs it: a missing one fails here, never skips)
 
 from numba import typeof  # noqa: E402
 from numba.core.typing.typeof import Purpose  # noqa: E402
@@ -182,7 +182,7 @@ def capturing(monkeypatch):
     import contextlib
 
     import cuda.core as cuda_core
-    from numba import cuda as numba_cuda
+    from numba import cuda as numba_cuda_target
     log = []
 
     class Device:
@@ -192,7 +192,7 @@ def capturing(monkeypatch):
         def create_graph_builder(self):
             return _Builder(log)
     monkeypatch.setattr(cuda_core, "Device", Device)
-    monkeypatch.setattr(numba_cuda, "defer_cleanup", contextlib.nullcontext)
+    monkeypatch.setattr(numba_cuda_target, "defer_cleanup", contextlib.nullcontext)
     return log
 
 

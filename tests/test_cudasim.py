@@ -16,7 +16,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 CHECK = os.path.join(HERE, "cudasim_check.py")
 
-pytest.importorskip("numba_cuda", reason="numba-cuda is not installed (the [cuda] extra)")
+import numba_cuda  # noqa: F401  (the test extra installs it: a missing one fails here, never skips)
 pytestmark = pytest.mark.cudasim
 
 
@@ -86,9 +86,8 @@ def test_every_body_runs_under_the_simulator(simulated):
 
 
 def test_bodies_compile_for_cuda_without_float64(simulated):
-    nvvm = pytest.importorskip("numba.cuda.cudadrv.nvvm")
-    if not nvvm.is_available():
-        pytest.skip("NVVM is not installed (pip install 'numba-cuda[cu13]')")
+    from numba.cuda.cudadrv import nvvm
+    assert nvvm.is_available(), "NVVM is not installed: the test extra's numba-cuda[cu13] brings it"
     sigs = simulated[4]
     proc, report = run_check(["--ptx", str(sigs)], simulator=False)
     print(proc.stdout)

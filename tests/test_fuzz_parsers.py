@@ -9,7 +9,6 @@ import os
 
 import pytest
 
-hypothesis = pytest.importorskip("hypothesis")
 from helpers_models import tiny_random_checkpoint, write_ct2  # noqa: E402
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
