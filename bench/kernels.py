@@ -124,13 +124,12 @@ from nwhisper import backend, kernels as K
 be = backend.get("cpu")
 r = lambda *s: np.ones(s, np.float32)
 x, y, w, b = r(4, 8), r(4, 8), be.weight(r(8, 8)), r(8)
-K.layernorm(be, x, b, b, y); K.gelu(be, x, y); K.add(be, x, y, y); K.scale(be, y, 2.0)
+K.layernorm(be, x, b, b, y); K.gelu(be, x, y); K.add(be, x, y, y)
 K.linear(be, x, w, b, y); K.logits(be, x, w, y)
 K.conv1d(be, r(6, 8), be.upload(r(8, 8, 3)), b, be.empty((6, 8)), 1)
 K.attention(be, x, x, x, y, 2); K.attention(be, x[:1], x, x, y[:1], 2, True, 3)
 be.softmax_rows(y); K.pick(be, y[:1], y[:1] * 0, np.array([0, 4, 8, 1], np.int32), 4, be.empty((2,)))
 K.embed(be, x, np.array([1], np.int32), y[:1]); K.add_rows(be, y, x, 0); K.kv_write(be, y, 1, x[:2])
-K.to_f32(be, be.upload(r(4, 8).astype(np.float16)), y); K.to_f32(be, np.ones((4, 8), np.uint16), y)
 print(f"{time.perf_counter() - t0:.2f}")
 """
 

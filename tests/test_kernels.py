@@ -446,14 +446,13 @@ def test_attention_over_a_cache_prefix(be, rng):
         check(f"decode step L={L}", out, ref_attention(q, kc[:L], vc[:L], 2)[0])
 
 
-def test_add_scale_add_rows(be, rng):
+def test_add_add_rows(be, rng):
     a, b = rand(rng, 7, 24), rand(rng, 7, 24)
     table16 = rand(rng, 20, 24, dtype=np.float16)
-    want = (a.astype(np.float64) + b) * 0.25 + table16[3:10]
+    want = a.astype(np.float64) + b + table16[3:10]
     K.add(be, a, b, a)
-    K.scale(be, a, 0.25)
     K.add_rows(be, a, be.upload(table16), 3)
-    check("add, scale, add_rows", a, want)
+    check("add, add_rows", a, want)
     with pytest.raises(IndexError):
         K.add_rows(be, a, be.upload(table16), 14)
 
@@ -509,20 +508,6 @@ def test_softmax_rows(be, rng):
     want /= want.sum(1, keepdims=True)
     be.softmax_rows(x)
     check("softmax_rows", x, want)
-
-
-def test_to_f32(be, rng):
-    h = np.concatenate([rand(rng, 1000).astype(np.float16),
-                        np.array([6e-8, -6e-8, 65504, -0.0, np.inf, -np.inf], np.float16)])
-    dst = be.empty(h.shape)
-    K.to_f32(be, be.upload(h), dst)
-    assert np.array_equal(dst, h.astype(np.float32)), "f16 -> f32 is not exact"
-    f = rand(rng, 1000)
-    bits = (f.view(np.uint32) >> 16).astype(np.uint16)  # bf16 by truncation
-    K.to_f32(be, bits, dst[:1000])
-    want = (bits.astype(np.uint32) << 16).view(np.float32)
-    assert np.array_equal(dst[:1000], want), "bf16 -> f32 is not exact"
-    check("bf16 -> f32 against the f32 it came from", dst[:1000], f, rtol=2 ** -7)
 
 
 def test_zeros_upload_download(be, rng):
@@ -641,22 +626,22 @@ def test_an_edited_body_is_not_served_from_a_stale_cache(tmp_path):
     code = ("import numpy as np\n"
             "from nwhisper import backend, kernels as K\n"
             "x = np.ones((2, 4), np.float32)\n"
-            "K.scale(backend.get('cpu'), x, 3.0)\n"
+            "K.add(backend.get('cpu'), x, x, x)\n"
             "print(x[0, 0])\n")
     env = dict(os.environ, PYTHONPATH=str(tmp_path), NUMBA_CACHE_DIR=str(tmp_path / "cache"))
 
     def run(*args):
         return subprocess.run([sys.executable, *args], env=env, cwd=tmp_path, capture_output=True, text=True)
 
-    assert float(run("-c", code).stdout.split()[-1]) == 3.0  # compiles and caches
+    assert float(run("-c", code).stdout.split()[-1]) == 2.0  # compiles and caches
     path = tmp_path / "nwhisper" / "kernels" / "elementwise.py"
     text = path.read_text()
-    assert "    x[i] *= s\n" in text
-    path.write_text(text.replace("    x[i] *= s\n", "    x[i] *= s + s\n"))
+    assert "    out[i] = a[i] + b[i]\n" in text
+    path.write_text(text.replace("    out[i] = a[i] + b[i]\n", "    out[i] = a[i] + b[i] + b[i]\n"))
     stale = run("-c", code)
     assert stale.returncode != 0 and "run `python -m nwhisper.kernels`" in stale.stderr, stale.stderr[-500:]
     assert run("-m", "nwhisper.kernels").returncode == 0
-    assert float(run("-c", code).stdout.split()[-1]) == 6.0, "a stale cached launcher was used"
+    assert float(run("-c", code).stdout.split()[-1]) == 3.0, "a stale cached launcher was used"
 
 
 def test_stft_power_fast_path_equals_portable_body():

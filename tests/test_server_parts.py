@@ -67,7 +67,7 @@ def test_jobs_run_one_at_a_time_finals_before_drafts_and_abandoned_ones_never():
     async def go():
         host = ModelHost("fake", loader=lambda name, device, compute_type: FakeModel())
         host.load(warmup=False)
-        assert host.accepts == {"audio", "language", "vad"} and host.shape["n_text_layer"] == 4
+        assert host.shape["n_text_layer"] == 4
         order, gate = [], asyncio.Event()
         loop = asyncio.get_running_loop()
 
@@ -215,11 +215,10 @@ def test_addr():
 def test_startup_notes():
     from nwhisper.server.app import Config, startup_notes
 
-    host = types.SimpleNamespace(languages=("en", "fi"), accepts=frozenset({"audio", "language"}))
+    host = types.SimpleNamespace(languages=("en", "fi"))
     assert startup_notes(Config(host="127.0.0.1"), host) == []
     notes = startup_notes(Config(host="0.0.0.0", vad=True), host)
-    assert any("WARNING: listening on 0.0.0.0 without a token" in n for n in notes)
-    assert any("no VAD option" in n for n in notes)
+    assert len(notes) == 1 and "WARNING: listening on 0.0.0.0 without a token" in notes[0]
     assert startup_notes(Config(host="0.0.0.0", token="t"), host) == []
     with pytest.raises(ValueError, match="unknown language code 'xx'"):
         startup_notes(Config(language="xx"), host)

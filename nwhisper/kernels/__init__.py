@@ -4,9 +4,8 @@ The model calls the ops below; each is a line or two over `be.launch` / `be.gemm
 from `nwhisper.backend`. Shapes are in each op's docstring; activations are float32.
 
     norm.py         layernorm                  activation.py   gelu (erf form)
-    reduce.py       exp_rows                   elementwise.py  add, scale, fill, kv_write,
-    pick.py         pick (greedy's token)                      to_f32, add_rows, embed,
-                                                               embed_at, kv_append
+    reduce.py       exp_rows                   elementwise.py  add, kv_write, add_rows,
+    pick.py         pick (greedy's token)                      embed, embed_at, kv_append
     conv.py         conv1d (im2col + GEMM)     attention.py    attention (returns the weights)
     matmul.py       linear, linear_add, logits (GEMM; int8 weights: Int8Weight)
 
@@ -23,12 +22,11 @@ _cuda_fast.py's tiled GEMM, GEMV and block-per-row softmax on CUDA.
 from nwhisper.kernels.activation import gelu
 from nwhisper.kernels.attention import attention
 from nwhisper.kernels.conv import conv1d
-from nwhisper.kernels.elementwise import (add, add_rows, embed, embed_at, fill, kv_append, kv_write,
-                                         scale, to_f32)
+from nwhisper.kernels.elementwise import add, add_rows, embed, embed_at, kv_append, kv_write
 from nwhisper.kernels.matmul import linear, linear_add, logits
 from nwhisper.kernels.norm import layernorm
 from nwhisper.kernels.pick import pick
 from nwhisper.kernels.reduce import exp_rows
 
-__all__ = ["add", "add_rows", "attention", "conv1d", "embed", "embed_at", "exp_rows", "fill",
-           "gelu", "kv_append", "kv_write", "layernorm", "linear", "linear_add", "logits", "pick", "scale", "to_f32"]
+__all__ = ["add", "add_rows", "attention", "conv1d", "embed", "embed_at", "exp_rows", "gelu",
+           "kv_append", "kv_write", "layernorm", "linear", "linear_add", "logits", "pick"]

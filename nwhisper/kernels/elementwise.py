@@ -1,5 +1,4 @@
-"""Elementwise kernels: add, scale, fill, copy/convert, row gathers and row adds, the KV cache's
-append.
+"""Elementwise kernels: add, copy/convert, row gathers and row adds, the KV cache's append.
 
 One work item per element. 2-D operands are addressed through a flat index so that neighbouring
 GPU threads touch neighbouring memory; the CPU loop vectorises less but these kernels are
@@ -19,14 +18,8 @@ def add_elem(i, a, b, out):
 
 
 @kernel
-def scale_elem(i, x, s):
-    """x[i] *= s; flat f32, s f32."""
-    x[i] *= s
-
-
-@kernel
 def fill_elem(i, x, value):
-    """x[i] = value; flat."""
+    """x[i] = value; flat (the CUDA backend's zeros)."""
     x[i] = value
 
 
@@ -34,15 +27,6 @@ def fill_elem(i, x, value):
 def copy_elem(i, src, dst):
     """dst[i] = src[i], converted to dst's type (f16 -> f32 is exact); flat."""
     dst[i] = src[i]
-
-
-@kernel
-def bf16_elem(i, src, dst_bits):
-    """dst = bfloat16 src widened exactly: the 16 bits become the top half of an f32.
-
-    src: flat uint16 (bf16 bit patterns); dst_bits: flat uint32 view of the f32 destination.
-    """
-    dst_bits[i] = np.uint32(src[i]) << np.uint32(16)
 
 
 @kernel
@@ -90,30 +74,12 @@ def add(be, a, b, out):
     be.launch(add_elem, a.size, be.flat(a), be.flat(b), be.flat(out))
 
 
-def scale(be, x, s):
-    """x *= s in place; x contiguous f32."""
-    be.launch(scale_elem, x.size, be.flat(x), np.float32(s))
-
-
-def fill(be, x, value):
-    """x[...] = value; x contiguous."""
-    be.launch(fill_elem, x.size, be.flat(x), x.dtype.type(value))
-
-
 def kv_write(be, cache, pos, rows):
     """cache[pos:pos + n] = rows; cache (capacity, d), rows (n, d)."""
     n = rows.shape[0]
     if pos + n > cache.shape[0]:
         raise IndexError(f"kv_write: rows {pos}..{pos + n} do not fit a cache of {cache.shape[0]}")
     be.launch(copy_elem, rows.size, rows.reshape(-1), cache[pos:pos + n].reshape(-1))
-
-
-def to_f32(be, src, dst):
-    """dst = float32(src) exactly; src f16, f32, or bf16 given as uint16 bit patterns; same shape."""
-    if src.dtype == np.uint16:
-        be.launch(bf16_elem, src.size, src.reshape(-1), dst.reshape(-1).view(np.uint32))
-    else:
-        be.launch(copy_elem, src.size, src.reshape(-1), dst.reshape(-1))
 
 
 def add_rows(be, x, table, start):

@@ -171,9 +171,6 @@ def startup_notes(cfg, host):
         raise ValueError(f"unknown language code '{cfg.language}'; this model knows: "
                          f"{', '.join(host.languages)}")
     notes = []
-    if cfg.vad and "vad" not in host.accepts:
-        notes.append("nwhisper: note: this build's transcribe() has no VAD option yet; --vad (and "
-                     "a request's vad field) is accepted, reported in verbose_json's notes, and ignored")
     if not cfg.token and not auth.is_loopback(cfg.host):
         notes.append(f"nwhisper: WARNING: listening on {cfg.host or 'every address'} without a "
                      f"token — anyone who can reach this port can use it (set --token or "

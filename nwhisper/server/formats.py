@@ -13,8 +13,7 @@ verbose_json  OpenAI's TranscriptionVerbose: task, language (the full English na
               [{word, start, end, probability}] (in each segment and, as OpenAI has them, once
               at the top level) when word timestamps were asked for and the model made them.
               whisper.cpp's extra fields (detected_language, detected_language_probability,
-              language_probabilities) are added by the /inference route, and `notes` says which
-              request fields this build accepted but could not honour (e.g. vad without a VAD).
+              language_probabilities) are added by the /inference route.
 """
 
 from __future__ import annotations

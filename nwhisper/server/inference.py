@@ -22,7 +22,6 @@ from __future__ import annotations
 import collections
 import gc
 import heapq
-import inspect
 import itertools
 import logging
 import time
@@ -115,7 +114,6 @@ class ModelHost:
             "n_text_ctx", "n_text_state", "n_text_head", "n_text_layer")}
         self.multilingual = bool(d.is_multilingual)
         self.languages = tuple(c for c, _ in m.tokenizer.languages)
-        self.accepts = frozenset(inspect.signature(m.transcribe).parameters)
         self.device_name = getattr(m.backend, "name", type(m.backend).__name__)
         self._model = m
         log.info("model %s loaded in %.0f ms", self.name, self.last_load_ms)

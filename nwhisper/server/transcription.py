@@ -104,7 +104,7 @@ class TranscribeHandler(JsonHandler):
         try:
             up = parse(self.request, body)
             ask = self.ask(up)
-            kwargs, notes = self._call_args(ask)
+            kwargs = self._call_args(ask)
             audio = io.BytesIO(up.data)
             audio.name = up.filename
             samples = await ioloop.IOLoop.current().run_in_executor(self.ctx.decoders, load_audio, audio)
@@ -131,10 +131,7 @@ class TranscribeHandler(JsonHandler):
             self._job = None
         if ask.stream:
             return self._done(segments, info)
-        extra = self.extra(ask, info)
-        if notes:
-            extra["notes"] = notes
-        text, ctype = formats.render(ask.fmt, segments, info, task=ask.task, extra=extra)
+        text, ctype = formats.render(ask.fmt, segments, info, task=ask.task, extra=self.extra(ask, info))
         self.set_header("Content-Type", ctype)
         self.finish(text)
 
@@ -184,33 +181,17 @@ class TranscribeHandler(JsonHandler):
         self.finish()
 
     def _call_args(self, ask):
-        """model.transcribe's keyword arguments for `ask`, and notes on what this build ignores."""
+        """model.transcribe's keyword arguments for `ask`; Reject for what this model cannot do."""
         host, cfg = self.ctx.host, self.ctx.config
         if ask.language is not None and host.languages and ask.language not in host.languages:
             raise Reject(400, f"unknown language code '{ask.language}'; this model knows: "
                               f"{', '.join(host.languages)}", "language")
         if ask.task == "translate" and not host.multilingual:
             raise Reject(400, f"this model ({host.name}) is English-only: it cannot translate", "model")
-        kw = dict(language=ask.language, task=ask.task, max_tokens=cfg.max_tokens,
-                  timestamps=ask.timestamps)
-        notes = {}
-        for name, value, wanted, missing in (
-                ("vad", ask.vad, ask.vad, "this build's transcribe() has no VAD option yet; "
-                                          "the audio was transcribed whole"),
-                ("temperature", ask.temperature, ask.temperature > 0,
-                 "this build decodes greedily (temperature 0)"),
-                ("initial_prompt", ask.prompt, bool(ask.prompt), "prompts are not supported yet; "
-                                                                "ignored"),
-                ("word_timestamps", ask.words, ask.words, "word timestamps are not available in "
-                                                          "this build; segments only"),
-                ("beam_size", ask.beam_size, bool(ask.beam_size), "beam search is not available in "
-                                                                  "this build; decoded greedily")):
-            if name in host.accepts:
-                if wanted:
-                    kw[name] = value
-            elif wanted:
-                notes[name] = missing
-        return kw, notes
+        return dict(language=ask.language, task=ask.task, max_tokens=cfg.max_tokens,
+                    timestamps=ask.timestamps, vad=ask.vad, temperature=ask.temperature,
+                    initial_prompt=ask.prompt, word_timestamps=ask.words,
+                    beam_size=ask.beam_size or None)
 
     def on_finish(self):
         self._let_go()
@@ -278,8 +259,7 @@ class InferenceHandler(TranscribeHandler):
             timestamps = cfg.timestamps or fmt in ("srt", "vtt", "verbose_json")
         words = up.flag("token_timestamps")
         if words is None:           # whisper.cpp's default: words in a timestamped verbose_json
-            words = (fmt == "verbose_json" and timestamps
-                     and "word_timestamps" in self.ctx.host.accepts)
+            words = fmt == "verbose_json" and timestamps
         return Ask(fmt=fmt, language=_language(up.text("language"), cfg.language),
                    task="translate" if up.flag("translate", False) else "transcribe",
                    timestamps=timestamps, vad=up.flag("vad", cfg.vad),
