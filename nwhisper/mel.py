@@ -92,13 +92,12 @@ def dft_basis():
 
 def _tables(be, n_mels):
     """The constant arrays (window, DFT basis, filters) on backend `be`, uploaded once and kept
-    on the backend object, so they live exactly as long as it does."""
-    cache = be.__dict__.setdefault("_mel_tables", {})
-    if n_mels not in cache:
+    as long as the backend lives."""
+    def make():
         cos_t, sin_t = dft_basis()
-        cache[n_mels] = (be.upload(hann_window()), be.upload(cos_t), be.upload(sin_t),
-                         be.upload(mel_filters(n_mels)))
-    return cache[n_mels]
+        return (be.upload(hann_window()), be.upload(cos_t), be.upload(sin_t),
+                be.upload(mel_filters(n_mels)))
+    return be.constant(("mel tables", n_mels), make)
 
 
 @functools.lru_cache(maxsize=1)

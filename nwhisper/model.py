@@ -23,6 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import kernels as K
+from .backend import StepRecording
 from .kernels.attention import heads_int8
 from .io.checkpoint import Checkpoint
 
@@ -196,6 +197,7 @@ class DecoderState:
         self.self_k = [be.empty((n_ctx, width), np.float32) for _ in model.dec_blocks]
         self.self_v = [be.empty((n_ctx, width), np.float32) for _ in model.dec_blocks]
         self.cross_k, self.cross_v = model.cross_kv(enc)
+        self.recording = StepRecording()    # a one-token step's launches, replayed (be.replay)
 
 
 class BatchState:
@@ -414,7 +416,7 @@ class Whisper:
             return self._forward(state, tokens, n, cross_weights, logits_for)
 
         step = n == 1 and cross_weights is None and logits_for is None
-        logits = be.replay(state, run) if step else run()
+        logits = be.replay(state.recording, run) if step else run()
         state.length += n
         return logits
 

@@ -19,6 +19,7 @@ from numba.core.typing.typeof import Purpose  # noqa: E402
 from numba.cuda.cudadrv.devicearray import DeviceNDArray  # noqa: E402
 from numba.cuda.dispatcher import _Kernel  # noqa: E402
 
+from nwhisper.backend import StepRecording  # noqa: E402
 from nwhisper.kernels import _cuda_launch  # noqa: E402
 
 
@@ -257,7 +258,8 @@ def _backend(run):
 def _replay(be, owner, calls, reads_host=False):
     def run():
         calls.append(1)
-        be._position_from_host = be._position_from_host or reads_host
+        if reads_host:
+            be.note_host_position()
         return "logits"
     return be.replay(owner, run)
 
@@ -265,22 +267,22 @@ def _replay(be, owner, calls, reads_host=False):
 def test_replay_runs_then_records_then_replays():
     """Call 1 runs, call 2 records the graph (and runs it), later calls replay it; a scratch
     buffer reallocated makes it record anew; a refused capture tries again the next call."""
-    owner, calls = type("State", (), {})(), []
+    owner, calls = StepRecording(), []
     be = _backend(_Recorder(refuse=1))
     results = [_replay(be, owner, calls) for _ in range(5)]
     assert results == ["logits"] * 5
     # run; refused capture, so run; capture (its run() stands for the recording); 2 replays
     assert len(calls) == 3 and be.run.captures == 2 and be.run.replays == 3
-    be.scratch_generation += 1
-    _replay(be, owner, calls)
-    _replay(be, owner, calls)
-    assert be.run.captures == 3 and be.run.replays == 5
+    be.scratch_generation += 1           # run again, then record anew, then replay
+    for _ in range(3):
+        _replay(be, owner, calls)
+    assert len(calls) == 5 and be.run.captures == 3 and be.run.replays == 5
 
 
 def test_replay_never_records_a_position_read_on_the_host():
-    """A run whose attention read its position from the host (attends_at said no) would repeat
+    """A run whose attention read its position from the host (note_host_position) would repeat
     that position: it runs every time."""
-    owner, calls = type("State", (), {})(), []
+    owner, calls = StepRecording(), []
     be = _backend(_Recorder())
     for _ in range(4):
         _replay(be, owner, calls, reads_host=True)
@@ -291,6 +293,7 @@ def test_replay_never_records_a_position_read_on_the_host():
 def test_columns_view_is_numbas_slice(start, stop):
     """CudaBackend.columns builds x[:, start:stop] itself (Numba's slicing walks all the rows):
     the shape, strides and memory span of Numba's own slice."""
+    import weakref
     from types import SimpleNamespace
 
     from numba.cuda.cudadrv import driver
@@ -298,12 +301,15 @@ def test_columns_view_is_numbas_slice(start, stop):
     address, n, width = 0x7F0000100000, 1500, 1536
     memory = driver.MemoryPointer(None, driver.binding.CUdeviceptr(address), n * width * 4)
     x = DeviceNDArray((n, width), (width * 4, 4), np.dtype(np.float32), gpu_data=memory)
-    be = SimpleNamespace(simulator=False, _columns=CudaBackend._columns)
+    be = SimpleNamespace(simulator=False, _columns=CudaBackend._columns,
+                         _views=weakref.WeakKeyDictionary())
     got = CudaBackend.columns(be, x, start, stop)
-    assert CudaBackend.columns(be, x, start, stop) is got     # kept on x: made once
+    assert CudaBackend.columns(be, x, start, stop) is got     # kept while x lives: made once
     want = x._dummy[:, start:stop]   # Numba's slice arithmetic (x[...] itself needs a driver)
     begin, end = want.extent
     assert got.shape == want.shape and got.strides == want.strides and got.dtype == x.dtype
     assert got.device_ctypes_pointer.value == address + begin and got.gpu_data.size == end - begin
     with pytest.raises(ValueError):
         CudaBackend.columns(be, x, stop, width + 1)
+    del x, got
+    assert not be._views, "a view kept its array alive"

@@ -43,7 +43,7 @@ def test_replayed_steps_equal_run_steps(dtype, compute_type):
     plain, _, _ = steps(ck, compute_type, replays=False)
     played, be, state = steps(ck, compute_type, replays=True)
     np.testing.assert_array_equal(played, plain)
-    generation, tape, _ = state.__dict__["_nw_replay"]
+    generation, tape = state.recording.generation, state.recording.tape
     assert generation == be.scratch_generation and len(tape) >= 10   # it was recorded, then played
     assert all(callable(fn) for fn, _ in tape)
     # the launchers are played as the compiled code their dispatchers chose, not re-dispatched
@@ -61,7 +61,7 @@ from helpers_models import tiny_dims, tiny_random_checkpoint
 ck = tiny_random_checkpoint(tiny_dims(width=32, heads=4, layers=2, n_audio_ctx=24, n_text_ctx=40), dtype=np.float32)
 a = steps(ck, "float32", False)[0]
 b, be, state = steps(ck, "float32", True)
-assert state.__dict__["_nw_replay"][1], "not recorded"
+assert state.recording.tape, "not recorded"
 print("SAME" if np.array_equal(a, b) else "DIFFERENT", np.abs(a - b).max())
 """
     env = dict(os.environ, NWHISPER_NUMPY_BLAS="1")
@@ -78,7 +78,7 @@ def test_a_position_read_on_the_host_is_never_recorded():
     plain, _, _ = steps(ck, "float32", replays=False, n=6)
     played, be, state = steps(ck, "float32", replays=True, n=6)
     np.testing.assert_array_equal(played, plain)
-    assert state.__dict__["_nw_replay"][1] is None
+    assert state.recording.tape is None and state.recording.fixed is False
 
 
 def test_prompt_and_steps_compile_the_self_attention_once():

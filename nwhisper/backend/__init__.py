@@ -6,18 +6,18 @@
     be.gemm(y, W, out, bias)                  # out = y @ W.T + bias
 
 base.py  Backend: what both share (launcher lookup, scratch buffers, int8 weights, the op hooks
-         with their portable bodies, replay of a decoder step) and the capabilities the ops
+         with their portable bodies, replay of a decoder step kept in a StepRecording) and the capabilities the ops
          choose their variants by (`on_host`)
 cpu.py   CpuBackend: NumPy arrays, Numba parallel loops, BLAS from Numba's own threads
 cuda.py  CudaBackend: numba.cuda device arrays, CUDA grids and their fast paths; whether CUDA
          can run here (cuda_unusable)
 """
 
-from nwhisper.backend.base import Backend
+from nwhisper.backend.base import Backend, StepRecording
 from nwhisper.backend.cpu import CpuBackend
 from nwhisper.backend.cuda import CudaBackend, cuda_unusable
 
-__all__ = ["Backend", "CpuBackend", "CudaBackend", "cuda_unusable", "get"]
+__all__ = ["Backend", "StepRecording", "CpuBackend", "CudaBackend", "cuda_unusable", "get"]
 
 
 def get(kind="auto"):

@@ -15,6 +15,20 @@ from nwhisper.kernels.norm import layernorm_row
 from nwhisper.kernels.reduce import softmax_row
 
 
+class StepRecording:
+    """What Backend.replay keeps of one decoder state's step: the scratch `generation` it was
+    seen in, whether its launches are `fixed` (None: not run yet; False: it reads a position
+    from the host), and once recorded the backend's `tape` and the `result` it returns."""
+
+    __slots__ = ("generation", "fixed", "tape", "result")
+
+    def __init__(self):
+        self.reset(None)
+
+    def reset(self, generation):
+        self.generation, self.fixed, self.tape, self.result = generation, None, None, None
+
+
 class Backend:
     """What both backends share: the launcher lookup and the scratch buffers."""
 
@@ -29,7 +43,8 @@ class Backend:
         self._scratch = {}
         self.scratch_generation = 0   # bumped whenever a scratch buffer is (re)allocated
         self.replays = os.environ.get("NWHISPER_REPLAY", "1") != "0"   # replay() records
-        self._position_from_host = False
+        self._position_from_host = False   # note_host_position() since replay() last looked
+        self._constants = {}
 
     def _launcher(self, kernel, suffix=""):
         fn = self._fns.get((kernel, suffix))
@@ -137,46 +152,54 @@ class Backend:
         (then the portable launches run)."""
         return False
 
-    def attends_at(self, nq, hd, k):
-        """Whether this backend's attention of nq queries over keys k reads their causal offset
-        from a device array (kernels.attention's `at`). Where it does not, a replay of the
-        launches being run would repeat a position taken from the host: noted, so that replay()
-        does not record them."""
-        self._position_from_host = True
+    def reads_position(self, nq, hd, k):
+        """Whether this backend's own attention of nq queries over keys k (attention_fast) reads
+        their causal offset from a device array (kernels.attention's `at`); the portable bodies
+        do not."""
         return False
+
+    def note_host_position(self):
+        """An op of the launches being run took a position from the host: a replay of them would
+        repeat it, so replay() does not record these."""
+        self._position_from_host = True
+
+    def constant(self, key, make):
+        """make()'s arrays, made once per backend and `key` and kept as long as the backend
+        (tables such as the log-mel's filters)."""
+        value = self._constants.get(key)
+        if value is None:
+            value = self._constants[key] = make()
+        return value
 
     def write(self, dst, src):
         """dst[...] = host array src, dst from this backend (of src's shape and dtype)."""
         dst[...] = src
 
-    def replay(self, owner, run):
+    def replay(self, rec, run):
         """run() -- launches that read whatever changes from one call to the next from device
         memory, so that they are the same launches, with the same arguments, every time -- as
-        cheaply as this backend can repeat them; `owner` holds the recording and lives as long
-        as the arrays run() reads (a decoder state).
+        cheaply as this backend can repeat them; `rec` (a StepRecording) keeps the recording and
+        lives as long as the arrays run() reads (a decoder state holds it).
 
-        The first call runs run() and sees whether it read a position from the host
-        (attends_at); the second records it as it runs (_record); later calls play the
-        recording (_play) and return the recorded result (the same arrays, new contents). It is
-        recorded anew when a scratch buffer was reallocated (its arrays may be gone), never when
-        the position came from the host or the backend does not replay (`replays`)."""
-        rec = owner.__dict__.get("_nw_replay")
-        if rec is not None and rec[0] == self.scratch_generation:
-            if rec[1] is None:
-                return run()
-            self._play(rec[1])
-            return rec[2]
-        if rec is None or not self.replays:  # first call (or no replays): run it, see what it reads
+        The first call runs run() and sees whether an op took a position from the host
+        (note_host_position); the second records it as it runs (_record); later calls play the
+        recording (_play) and return the recorded result (the same arrays, new contents). All
+        of this starts again when a scratch buffer was reallocated (its arrays may be gone); a
+        step that took a position from the host, or a backend that does not replay
+        (`replays`), always runs."""
+        if rec.generation != self.scratch_generation:
+            rec.reset(self.scratch_generation)
+        if rec.tape is not None:
+            self._play(rec.tape)
+            return rec.result
+        if rec.fixed is None or not self.replays:
             self._position_from_host = False
             result = run()
-            fixed = self.replays and not self._position_from_host
-            owner.__dict__["_nw_replay"] = ("run once", None, None) if fixed else (
-                self.scratch_generation, None, None)
+            rec.fixed = self.replays and not self._position_from_host
             return result
-        generation = self.scratch_generation
-        result, recording = self._record(run)
-        if recording is None or generation != self.scratch_generation:
-            owner.__dict__["_nw_replay"] = ("run once", None, None)   # try again next call
-        else:
-            owner.__dict__["_nw_replay"] = (generation, recording, result)
+        if not rec.fixed:
+            return run()
+        result, tape = self._record(run)
+        if tape is not None and rec.generation == self.scratch_generation:
+            rec.tape, rec.result = tape, result
         return result

@@ -10,7 +10,6 @@ import os
 import numpy as np
 
 from nwhisper.kernels import blas, gemm_int8
-from nwhisper.kernels.attention import FEW_QUERIES, SHORT_KEYS
 from nwhisper.kernels.matmul import Int8Weight, quantize_int8
 from nwhisper.backend.base import Backend
 
@@ -150,13 +149,6 @@ class CpuBackend(Backend):
         fn(*args)
         if self._tape is not None:
             self._tape.append((fn, args))
-
-    def attends_at(self, nq, hd, k):
-        """As Backend.attends_at: kernels.attention's attend_row (a decoder's few queries over
-        its row-major cache) reads it from `at`."""
-        if nq <= FEW_QUERIES and getattr(k, "ndim", 0) == 2 and k.shape[0] <= SHORT_KEYS:
-            return True
-        return super().attends_at(nq, hd, k)
 
     def _record(self, run):
         """replay()'s recording: run() with every call noted (host)."""

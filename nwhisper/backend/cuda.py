@@ -9,6 +9,7 @@ imported) it runs on Numba's CUDA simulator.
 import ctypes
 import importlib.util
 import sys
+import weakref
 
 import numpy as np
 from numba.core import config as numba_config
@@ -40,6 +41,9 @@ class CudaBackend(Backend):
         if self.simulator:
             self.threads_per_block = 32  # the simulator runs one Python thread per CUDA thread
         super().__init__("cuda")
+        # views of device arrays made by flat() and columns(), each kept while its array lives
+        # (the views hold the memory, not the array)
+        self._views = weakref.WeakKeyDictionary()
         self.fast_paths = not self.simulator if fast_paths is None else fast_paths
         from nwhisper.kernels import _cuda_launch
         # run(kernel, grid, block, *args): every launch goes through it (_cuda_launch.py says why)
@@ -145,20 +149,23 @@ class CudaBackend(Backend):
             super().softmax_rows(x, scale, nq, causal, q_offset)
 
     def flat(self, a):
-        """As Backend.flat, kept on the array: a device array's reshape is costly Python, and
+        """As Backend.flat, made once per array: a device array's reshape is costly Python, and
         the model passes the same scratch views step after step."""
-        f = a.__dict__.get("_nw_flat")
+        if self.simulator:
+            return a.reshape(-1)
+        views = self._views.setdefault(a, {})
+        f = views.get("flat")
         if f is None:
-            f = a.__dict__["_nw_flat"] = a.reshape(-1)
+            f = views["flat"] = a.reshape(-1)
         return f
 
     def columns(self, x, start, stop):
-        """As Backend.columns, the view made directly: Numba's slicing walks every row of a
-        non-contiguous result to find the memory it spans (1500 rows: ~1 ms of Python for each
-        layer's cross-attention keys and values, every window)."""
+        """As Backend.columns, the view made directly (and once per array and columns): Numba's
+        slicing walks every row of a non-contiguous result to find the memory it spans (1500
+        rows: ~1 ms of Python for each layer's cross-attention keys and values, every window)."""
         if self.simulator:
             return super().columns(x, start, stop)
-        views = x.__dict__.setdefault("_nw_columns", {})   # scratch views are asked again and again
+        views = self._views.setdefault(x, {})
         view = views.get((start, stop))
         if view is None:
             view = views[(start, stop)] = self._columns(x, start, stop)
@@ -189,12 +196,9 @@ class CudaBackend(Backend):
             self.run, q, k, v, out, p, causal, q_offset, self._zero_at if at is None else at,
             self.scratch)
 
-    def attends_at(self, nq, hd, k):
-        """As Backend.attends_at: where attend_part runs."""
-        if (self.fast_paths and not isinstance(k, Int8Heads)
-                and self._fast.reads_position(nq, k.shape[0], hd)):
-            return True
-        return super().attends_at(nq, hd, k)
+    def reads_position(self, nq, hd, k):
+        """As Backend.reads_position: where _cuda_fast's attend_part runs."""
+        return self.fast_paths and self._fast.reads_position(nq, k.shape[0], hd)
 
     def write(self, dst, src):
         """As Backend.write: one synchronous copy on the default stream (ordered with the

@@ -21,6 +21,7 @@ it must be one made before with the same argument types; any other raises Uncapt
 
 import ctypes
 import warnings
+import weakref
 
 NUMBA = object()  # a cache entry meaning "launch these argument types through Numba"
 
@@ -53,13 +54,15 @@ def _ctype(ty):
     return {types.float32: ctypes.c_float, types.float64: ctypes.c_double}.get(ty)
 
 
+_PACKED = weakref.WeakKeyDictionary()   # an array's buffer and shape never change: packed once
+
+
 def _array_args(a, flat):
     """Append device array `a` as Numba's kernel ABI spells an array argument."""
-    packed = a.__dict__.get("_nw_kernel_args")
+    packed = _PACKED.get(a)
     if packed is None:
         ptr = a.device_ctypes_pointer.value or 0
-        packed = (0, 0, a.size, a.dtype.itemsize, ptr) + tuple(a.shape) + tuple(a.strides)
-        a.__dict__["_nw_kernel_args"] = packed  # an array's buffer and shape never change
+        packed = _PACKED[a] = (0, 0, a.size, a.dtype.itemsize, ptr) + tuple(a.shape) + tuple(a.strides)
     flat.extend(packed)
 
 
@@ -87,6 +90,7 @@ class Launcher:
         self._array_type, self._boolean, self._device_array = types.Array, types.boolean, DeviceNDArray
         self._entries = {}   # (kernel, argument keys) -> (cuda.core kernel, packers) or NUMBA
         self._configs = {}   # (grid, block) -> LaunchConfig
+        self._keys = weakref.WeakKeyDictionary()   # device array -> _key's value
         try:
             from cuda.core import Device
             self.can_capture = hasattr(Device, "create_graph_builder")
@@ -95,13 +99,13 @@ class Launcher:
 
     def _key(self, v):
         """What selects the compiled kernel for argument v: a device array's dtype, ndim and
-        layout (plain values, kept on the array: hashing Numba's type objects was ~600 calls a
+        layout (plain values, kept while the array lives: hashing Numba's type objects was ~600 calls a
         decoder step), a scalar's Python type."""
         if isinstance(v, self._device_array):
-            key = v.__dict__.get("_nw_launch_key")
+            key = self._keys.get(v)
             if key is None:
                 ty = v._numba_type_
-                key = v.__dict__["_nw_launch_key"] = (v.dtype.str, ty.ndim, ty.layout)
+                key = self._keys[v] = (v.dtype.str, ty.ndim, ty.layout)
             return key
         return type(v)
 

@@ -254,19 +254,21 @@ def attention(be, q, k, v, out, n_head, causal=False, q_offset=0, weights=True, 
     its filled length: slicing a CUDA device array costs ~20 µs of Python, and a step would
     slice every layer's cache twice).
     at: a device int32 array holding q_offset in at[0] (the decoder's `tokens`). A backend that
-    reads the position there (be.attends_at: CUDA's attend_part, the CPU's attend_row) attends
+    reads the position there (the CPU's attend_row; CUDA's attend_part, be.reads_position) attends
     over all of k's rows, masked, so that its launch is the same at every position (a replayed
     step); p then has a column for each of k's rows, zero past the query's own position.
     Elsewhere it is unused.
     """
-    width = out.shape[1]
-    if at is not None and be.attends_at(q.shape[0], width // n_head, k):
-        n_keys, q_offset = None, 0
-    else:
-        at = None
+    width, nq = out.shape[1], q.shape[0]
+    if at is not None:
+        how = variant(be, nq, k.shape[k.ndim - 2], k, causal)
+        if how == "rows" or how == "device" and be.reads_position(nq, width // n_head, k):
+            n_keys, q_offset = None, 0   # all of k's rows, masked past the position read from at
+        else:
+            be.note_host_position()
+            at = None
     if n_keys is not None and be.on_host:
         k, v, n_keys = k[:n_keys], v[:n_keys], None   # NumPy's views are cheap; BLAS wants them
-    nq = q.shape[0]
     nk = k.shape[k.ndim - 2] if n_keys is None else n_keys  # (nk, width) or head-major (H, nk, hd)
     how = variant(be, nq, nk, k, causal)
     keep = weights or not be.on_host or nq <= FEW_QUERIES or isinstance(k, Int8Heads)
