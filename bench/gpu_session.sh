@@ -28,13 +28,13 @@ nproc; grep -m1 'model name' /proc/cpuinfo
 #    100-token request, each checked against the CPU backend (compiles every CUDA kernel once).
 step 170 random.log python3 bench/gpu.py --random --models tiny.en,base --kernels
 # 2. Every op, GPU against CPU, at the simulator's test shapes and tolerance.
-step 60 ops.log python3 tests/cudasim_check.py --gpu
+step 60 ops.log python3 tests/helpers/cudasim_check.py --gpu
 # 3. Real speech: tiny.en (8-bit-rounded weights, the same on both backends), both clips, the
 #    transcript compared with the CPU's, and a profile of the decoder step.
 python3 bench/carry_model.py unpack .gpu/tiny.en-q8.npz /tmp/tiny.en-q8 >/dev/null
 step 130 real.log python3 bench/gpu.py --models /tmp/tiny.en-q8 --work .gpu --profile
-# 4. A whole random-weight model in float32 and int8 (tests/cudasim_model.py), GPU against CPU.
-for k in cuda cpu; do timeout 40 python3 tests/cudasim_model.py $k 2>"$OUT/model-$k.err" | grep '^REPORT' | cut -c8- >"$OUT/model-$k.json"; done
+# 4. A whole random-weight model in float32 and int8 (tests/helpers/cudasim_model.py), GPU against CPU.
+for k in cuda cpu; do timeout 40 python3 tests/helpers/cudasim_model.py $k 2>"$OUT/model-$k.err" | grep '^REPORT' | cut -c8- >"$OUT/model-$k.json"; done
 python3 - "$OUT" <<'PY'
 import json, sys
 import numpy as np

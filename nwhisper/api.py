@@ -126,5 +126,5 @@ def _samples(audio):
 
 def load(name_or_path=DEFAULT_MODEL, device="auto", compute_type="float32"):
     """A WhisperModel. compute_type "int8" decodes with int8 weights (per-row scales): faster on
-    the CPU, transcripts checked against float32's in tests/test_transcribe.py."""
+    the CPU, transcripts checked against float32's in tests/oracle/test_transcribe.py."""
     return WhisperModel(name_or_path, device, compute_type)

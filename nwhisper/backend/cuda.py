@@ -26,7 +26,7 @@ class CudaBackend(Backend):
     fast_paths: use kernels/_cuda_fast.py for gemm, softmax_rows, layernorm and attention
     (default: yes on a GPU, no on the simulator, where their big blocks are many Python threads: a
     51865-word logits GEMV is 1.7 M of them, against 52 K for the portable body;
-    tests/cudasim_check.py turns them on).
+    tests/helpers/cudasim_check.py turns them on).
     """
 
     name = "cuda"

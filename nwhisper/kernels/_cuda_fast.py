@@ -18,7 +18,7 @@
 
 The GEMMs widen f16 weights where they read them. References: the portable bodies
 matmul.linear_elem, reduce.softmax_row, norm.layernorm_row and attention.attention_portable's;
-tests/cudasim_check.py compares them under the simulator, and on a GPU with --gpu. Imported only
+tests/helpers/cudasim_check.py compares them under the simulator, and on a GPU with --gpu. Imported only
 by the CUDA backend (`cuda` is a module global, as the simulator needs). No warp shuffles: the
 simulator has no warps. No device functions either: the block reductions are written out in each
 kernel, because compiling a kernel that calls one needs a driver, and the test suite checks this

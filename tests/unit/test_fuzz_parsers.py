@@ -1,6 +1,6 @@
 """Fuzz the three container parsers: whatever the bytes, only CheckpointError may escape.
 
-Each parser gets a small valid file (tests/helpers_models.py) truncated, with bytes overwritten
+Each parser gets a small valid file (tests/helpers/helpers_models.py) truncated, with bytes overwritten
 or inserted, or replaced by random bytes. Hypothesis runs derandomized and without an example
 database, so every run (and CI) tries the same inputs.
 """

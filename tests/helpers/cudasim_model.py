@@ -1,20 +1,17 @@
 """A whole random-weight Whisper on one backend: encoder states, greedy tokens and a batched
 (beam search's) step's logits as JSON.
 
-Run by tests/test_model_backends.py twice — plainly (CPU backend) and with
+Run by tests/cuda/test_model_backends.py twice — plainly (CPU backend) and with
 NUMBA_ENABLE_CUDASIM=1 (the CUDA backend on Numba's simulator) — so the same model code and
 kernel bodies are compared across the two targets. Shapes are tiny: the simulator runs one
 Python thread per CUDA thread.
 """
 
 import json
-import os
 import sys
 import tempfile
 
 import numpy as np
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from helpers_models import tiny_dims, tiny_random_checkpoint  # noqa: E402
 

@@ -7,7 +7,8 @@ import ast
 import os
 import re
 
-ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+from paths import ROOT
+
 PKG = os.path.join(ROOT, "nwhisper")
 
 

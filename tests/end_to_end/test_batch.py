@@ -17,8 +17,7 @@ import time
 
 import pytest
 
-ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
-FIX = os.path.join(ROOT, "fixtures")
+from paths import FIXTURES as FIX, ROOT
 GOOD = {"a/one.wav": "cards/001.wav", "a/deep/two.wav": "cards/003.wav",
         "b/one.flac": "cards/002.wav", "three.wav": "cards/004.wav"}
 

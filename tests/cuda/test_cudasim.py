@@ -2,7 +2,7 @@
 and every kernel body through the real CUDA compiler (PTX, no device needed) when NVVM is here.
 
 Truth: the CPU backend, itself checked against NumPy in test_kernels.py. The simulator must be
-enabled before numba is imported, so tests/cudasim_check.py runs in a subprocess.
+enabled before numba is imported, so tests/helpers/cudasim_check.py runs in a subprocess.
 """
 
 import json
@@ -12,9 +12,9 @@ import sys
 
 import pytest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-CHECK = os.path.join(HERE, "cudasim_check.py")
+from paths import HELPERS, env as path_env
+
+CHECK = os.path.join(HELPERS, "cudasim_check.py")
 
 import numba_cuda  # noqa: F401  (the test extra installs it: a missing one fails here, never skips)
 pytestmark = pytest.mark.cudasim
@@ -24,7 +24,7 @@ PARTS = 2       # simulator processes at once: it runs one Python thread per CUD
 
 
 def _env(simulator):
-    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = path_env()
     env.pop("NUMBA_ENABLE_CUDASIM", None)
     if simulator:
         env["NUMBA_ENABLE_CUDASIM"] = "1"

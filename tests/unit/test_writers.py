@@ -13,8 +13,7 @@ from nwhisper.records import Segment, TranscriptionInfo, Word
 srt = pytest.importorskip("srt")
 webvtt = pytest.importorskip("webvtt")
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-FIX = os.path.join(HERE, "..", "fixtures")
+from paths import FIXTURES as FIX
 
 
 def _segments():

@@ -1,7 +1,7 @@
 """The three containers hold the same bits, and hostile files fail with a clear CheckpointError.
 
 Round trips use the real tiny.en and base packages (skipped where not installed); the hostile
-and quantisation tests use a small random-weight model (tests/helpers_models.py) so they are fast.
+and quantisation tests use a small random-weight model (tests/helpers/helpers_models.py) so they are fast.
 """
 
 import hashlib

@@ -10,26 +10,19 @@ languages for the special ids. The CTranslate2 conversions (CTranslate2's own co
 the test environment) are checked against the same numbers when that script makes them.
 """
 
-import json
 import os
-import sys
 
 import numpy as np
 import pytest
+from fixture_audio import audio
+from make_golden_v3 import ours_and_hf, sha256
+from paths import golden
+from v3_checkpoints import build
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-FIX = os.path.join(HERE, "..", "fixtures")
-sys.path.insert(0, FIX)
-sys.path.insert(0, HERE)
-from fixture_audio import audio  # noqa: E402
-from make_golden_v3 import ours_and_hf, sha256  # noqa: E402
-from v3_checkpoints import build  # noqa: E402
+import nwhisper
+from nwhisper.io.convert import convert
 
-import nwhisper  # noqa: E402
-from nwhisper.io.convert import convert  # noqa: E402
-
-with open(os.path.join(FIX, "golden", "v3-shapes.json"), encoding="utf-8") as f:
-    GOLDEN = json.load(f)
+GOLDEN = golden("v3-shapes.json")
 
 
 @pytest.fixture(scope="module", params=list(GOLDEN["models"]))

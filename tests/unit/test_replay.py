@@ -14,13 +14,13 @@ import subprocess
 import sys
 
 import numpy as np
+import paths
 import pytest
-
 from helpers_models import tiny_dims, tiny_random_checkpoint
 from nwhisper import backend
 from nwhisper.model import Whisper
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+HERE = os.path.dirname(os.path.abspath(__file__))   # the subprocesses import this module
 
 
 def steps(ck, compute_type, replays, n=24):
@@ -53,9 +53,8 @@ def test_replayed_steps_equal_run_steps(dtype, compute_type):
 def test_numpy_blas_steps_replay_too():
     """float32 weights on NumPy's matmul (where kernels/blas.py does not run): recorded as host
     calls like the rest."""
-    code = f"""
+    code = """
 import sys, numpy as np
-sys.path.insert(0, {HERE!r})
 from test_replay import steps
 from helpers_models import tiny_dims, tiny_random_checkpoint
 ck = tiny_random_checkpoint(tiny_dims(width=32, heads=4, layers=2, n_audio_ctx=24, n_text_ctx=40), dtype=np.float32)
@@ -64,7 +63,7 @@ b, be, state = steps(ck, "float32", True)
 assert state.recording.tape, "not recorded"
 print("SAME" if np.array_equal(a, b) else "DIFFERENT", np.abs(a - b).max())
 """
-    env = dict(os.environ, NWHISPER_NUMPY_BLAS="1")
+    env = paths.env(NWHISPER_NUMPY_BLAS="1", PYTHONPATH=HERE)
     proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0 and proc.stdout.startswith("SAME"), proc.stdout + proc.stderr[-2000:]
 
@@ -87,9 +86,8 @@ def test_prompt_and_steps_compile_the_self_attention_once():
     [q | k | v] product, several rows were strided and one row was not, and both kernels
     compiled twice (~1.5 s of a first-ever command). In a process of its own, where nothing
     else has called them."""
-    code = f"""
+    code = """
 import sys, numpy as np
-sys.path.insert(0, {HERE!r})
 from test_replay import steps
 from helpers_models import tiny_dims, tiny_random_checkpoint
 from nwhisper.kernels import _launch_cpu as L
@@ -101,9 +99,10 @@ single = m.new_state(m.encode(np.zeros((2 * ck.dims.n_audio_ctx, ck.dims.n_mels)
 m.decode(single, np.array([1, 2], np.int32))
 m.decode_batch(m.new_batch(single, 3), np.array([3, 4, 5], np.int32))   # beam search's steps
 names = ("attend_row", "attend_row_serial", "kv_append_elem", "kv_append_elem_serial")
-print({{name: len(getattr(L, name).signatures) for name in names}})
+print({name: len(getattr(L, name).signatures) for name in names})
 """
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    proc = subprocess.run([sys.executable, "-c", code], env=paths.env(PYTHONPATH=HERE), capture_output=True,
+                          text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     counts = eval(proc.stdout.strip().splitlines()[-1])
     assert all(n <= 1 for n in counts.values()), counts

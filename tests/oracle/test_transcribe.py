@@ -14,30 +14,25 @@ Golden data (fixtures/make_golden_models.py, on the same 16 kHz samples, checked
 """
 
 import difflib
-import json
 import os
-import sys
 
 import numpy as np
 import pytest
+from fixture_audio import audio
+from paths import FIXTURES as FIX, golden
 
 import nwhisper
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from fixture_audio import audio  # noqa: E402
 from nwhisper.io.convert import convert
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-FIX = os.path.join(HERE, "..", "fixtures")
-GREEDY = json.load(open(os.path.join(FIX, "golden", "model-greedy.json")))
-FW = json.load(open(os.path.join(FIX, "golden", "model-fw.json")))
-FW_INT8 = json.load(open(os.path.join(FIX, "golden", "model-fw-int8.json"), encoding="utf-8"))
+GREEDY = golden("model-greedy.json")
+FW = golden("model-fw.json")
+FW_INT8 = golden("model-fw-int8.json")
 MODELS = ["tiny.en", "base"]
 
 
 @pytest.fixture(scope="module", params=MODELS)
-def model(request):
-    return nwhisper.load(request.param, device="cpu"), request.param
+def model(request, models):
+    return models(request.param), request.param
 
 
 
@@ -58,14 +53,14 @@ def test_encoder_matches_hf(model):
     assert np.allclose(np.linalg.norm(states, axis=1), g["row_norm"], rtol=1e-4)
 
 
-def test_short_audio_ctx_matches_hf():
+def test_short_audio_ctx_matches_hf(models):
     """audio_ctx=800 (whisper.cpp's option; a live draft's context): the encoder over 1600 mel
     frames with the positional embedding's first 800 rows, and greedy decoding over those
     states — against HF's encoder made as short and its generate on them."""
     from nwhisper import mel as M
 
     g = np.load(os.path.join(FIX, "golden", "audio-ctx-tiny.en.npz"))
-    m = nwhisper.load("tiny.en", device="cpu")
+    m = models("tiny.en")
     x = audio("jfk.wav", str(g["audio_sha256"]))
     n = int(g["n"])
     states = m.backend.download(m.model.encode(M.log_mel(x, m.dims.n_mels, 2 * n)))
@@ -85,12 +80,12 @@ def test_short_audio_ctx_matches_hf():
         m.transcribe(x, audio_ctx=1501)
 
 
-def test_cancelled_stops_after_the_encoder():
+def test_cancelled_stops_after_the_encoder(models):
     """cancelled() is asked after each encoder pass (a live stream's stale speculation): True
     raises Cancelled before any decoding; False changes nothing."""
     from nwhisper.records import Cancelled
 
-    m = nwhisper.load("tiny.en", device="cpu")
+    m = models("tiny.en")
     x = audio("jfk.wav")
     asked = []
     with pytest.raises(Cancelled):
@@ -103,7 +98,7 @@ def test_cancelled_stops_after_the_encoder():
 
 def test_greedy_equals_hf_word_for_word(model):
     """Every short clip: the same token ids as HF greedy, hence the same words. (With timestamps,
-    tokens and times: tests/test_features.py.)"""
+    tokens and times: tests/oracle/test_decoding.py.)"""
     m, name = model
     key = "notimestamps"
     eot = GREEDY["models"][name]["eot"]
@@ -121,7 +116,7 @@ def test_greedy_equals_hf_word_for_word(model):
 
 
 @pytest.mark.parametrize("name", MODELS)
-def test_int8_agrees_with_hf(name):
+def test_int8_agrees_with_hf(models, name):
     """compute_type="int8" (every linear layer int8 with per-row scales; the encoder's and the
     prompt's activations quantised per row too, where the CPU's int8 GEMM runs) against HF's
     float32 greedy transcripts: not word for word — rounding moves near-ties ("you, ask" /
@@ -130,7 +125,7 @@ def test_int8_agrees_with_hf(name):
     clips (model-fw-int8.json). Measured when this was written: ours tiny.en 12/13, 0.938;
     base 15/17, 0.951 — faster-whisper int8 8/13, 0.897 and 8/17, 0.887; with the decoder's
     columns equalised (model._column_scales) tiny.en 12/13, 0.993; base 15/17, 0.965."""
-    m = nwhisper.load(name, device="cpu", compute_type="int8")
+    m = models(name, "int8")
     peer = FW_INT8["models"][name]
     ours_words, hf_words, identical = [], [], 0
     clips = short_clips(name)
@@ -176,7 +171,7 @@ def test_long_form_against_faster_whisper(model):
 
 
 @pytest.mark.parametrize("name", MODELS)
-def test_int8_long_form_keeps_every_window(name):
+def test_int8_long_form_keeps_every_window(models, name):
     """compute_type="int8" on the 63 s clip, long-form: its words agree with faster-whisper's
     float32 transcript at least as well as faster-whisper int8's do on the short clips, and
     every window is heard (segments run to the end). When the decoder's prompts went through the
@@ -186,7 +181,7 @@ def test_int8_long_form_keeps_every_window(name):
     rounding decides it (before the decoder's columns were equalised, model._column_scales,
     the margin was 0.003 nats, and OpenBLAS called per column block tipped it: the window was
     skipped as silence)."""
-    m = nwhisper.load(name, device="cpu", compute_type="int8")
+    m = models(name, "int8")
     g = FW["models"][name]["clips"]["espeak/en-63s.flac"]
     segments, _ = m.transcribe(audio("espeak/en-63s.flac", g["audio_sha256"]), language="en"
                                if m.dims.is_multilingual else None)
@@ -201,7 +196,7 @@ def test_int8_long_form_keeps_every_window(name):
     assert max(gaps) < 5 and segments[-1].end > 60
 
 
-def test_int8_output_projection_is_equalised():
+def test_int8_output_projection_is_equalised(models):
     """compute_type="int8" quantises the output projection per row after equalising its input
     columns (model._column_scales, folded into the final LayerNorm). Its logits of the float32
     model's hidden states along HF's greedy tokens for jfk.wav, against the checkpoint's f16
@@ -209,8 +204,8 @@ def test_int8_output_projection_is_equalised():
     per-row scales alone give on the same states (measured: 0.017 / 0.16 against 0.09 / 1.1
     over the 63 s clip's steps)."""
     from nwhisper import kernels as K
-    f32 = nwhisper.load("tiny.en", device="cpu")
-    q8 = nwhisper.load("tiny.en", device="cpu", compute_type="int8")
+    f32 = models("tiny.en")
+    q8 = models("tiny.en", "int8")
     g = GREEDY["models"]["tiny.en"]["clips"]["jfk.wav"]["notimestamps"]
     m, be = f32.model, f32.model.be
     state = m.new_state(f32.encode(audio("jfk.wav")))
@@ -252,7 +247,7 @@ def test_every_container_gives_the_same_transcript(tmp_path):
     assert all(results["ct2"])
 
 
-def test_options_have_one_home_and_are_checked_there():
+def test_options_have_one_home_and_are_checked_there(models):
     """records.TranscribeOptions holds every default and checks what needs no model; the API
     builds it from its keywords (an unknown one is a TypeError naming it)."""
     from nwhisper.records import TranscribeOptions
@@ -264,7 +259,7 @@ def test_options_have_one_home_and_are_checked_there():
                 dict(hallucination_silence_threshold=-1.0, word_timestamps=True)):
         with pytest.raises(ValueError):
             TranscribeOptions(**bad)
-    m = nwhisper.load("tiny.en", device="cpu")
+    m = models("tiny.en")
     with pytest.raises(TypeError, match="beam_width"):
         m.transcribe(np.zeros(16000, np.float32), beam_width=5)
     with pytest.raises(ValueError, match="needs word_timestamps|word timings"):

@@ -21,7 +21,7 @@ from fixture_audio import extent
 from nwhisper.cli.vad import command as vad_command
 from nwhisper.vad import End, Endpointer, EndpointerOptions, Level, Partial, Start, run
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from paths import ROOT
 SR = 16000
 TOL_S = 0.100                 # issue 6: utterance boundaries within 100 ms of the truth
 

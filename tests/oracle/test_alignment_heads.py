@@ -14,8 +14,8 @@ from nwhisper.io.convert import convert
 
 
 @pytest.mark.parametrize("name", ["tiny.en", "base"])
-def test_the_table_is_what_the_packages_carry(name):
-    m = nwhisper.load(name, device="cpu")
+def test_the_table_is_what_the_packages_carry(models, name):
+    m = models(name)
     assert m.checkpoint.alignment_heads
     got = released(m.dims)
     assert got[0] == name and got[1] == [tuple(h) for h in m.checkpoint.alignment_heads]
@@ -28,8 +28,8 @@ def test_every_entry_fits_its_shape():
         assert all(0 <= l < layers and 0 <= h < heads[width] for l, h in pairs), name
 
 
-def test_a_ggml_file_times_words_as_the_checkpoint_with_heads(tmp_path):
-    ct2 = nwhisper.load("tiny.en", device="cpu")
+def test_a_ggml_file_times_words_as_the_checkpoint_with_heads(models, tmp_path):
+    ct2 = models("tiny.en")
     path = convert("tiny.en", str(tmp_path / "ggml-tiny.en.bin"), to="ggml")
     gg = nwhisper.load(path, device="cpu")
     assert not gg.checkpoint.alignment_heads

@@ -15,17 +15,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import nwhisper
 from nwhisper.io.audio import AudioError, load_audio
 
-FIX = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fixtures")
+from paths import FIXTURES as FIX
 CONT = os.path.join(FIX, "containers")
 SPEECH = ["speech.m4a", "speech.mp4", "speech.webm", "speech.mp3", "speech.wma"]
 
 
 @pytest.fixture(scope="module")
-def model():
-    return nwhisper.load("tiny.en", device="cpu")
+def model(models):
+    return models("tiny.en")
 
 
 def text(model, source):

@@ -10,14 +10,15 @@ import sys
 import numpy as np
 import pytest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-SCRIPT = os.path.join(HERE, "cudasim_model.py")
+from paths import HELPERS, env as path_env
+
+SCRIPT = os.path.join(HELPERS, "cudasim_model.py")
 
 import numba_cuda  # noqa: F401  (the test extra installs it: a missing one fails here, never skips)
 
 
 def run(kind, simulator):
-    env = dict(os.environ, PYTHONPATH=os.path.dirname(HERE))
+    env = path_env()
     env.pop("NUMBA_ENABLE_CUDASIM", None)
     if simulator:
         env["NUMBA_ENABLE_CUDASIM"] = "1"

@@ -23,7 +23,7 @@ import time
 import urllib.request
 
 import pytest
-from test_server import JFK, JFK_WORDS, Server
+from server_process import JFK, JFK_WORDS, Server
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",

@@ -12,6 +12,7 @@ import subprocess
 import sys
 
 import numpy as np
+import paths
 import pytest
 
 from nwhisper import backend
@@ -607,8 +608,7 @@ def test_cpu_path_never_imports_numba_cuda():
             "from nwhisper import backend, kernels as K\n"
             "be = backend.get('cpu'); x = np.ones((2, 4), np.float32); K.gelu(be, x, x)\n"
             "print(sorted(m for m in sys.modules if m.startswith('numba.cuda')))\n")
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = dict(os.environ, PYTHONPATH=root)
+    env = paths.env()
     env.pop("NUMBA_ENABLE_CUDASIM", None)
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                          check=True).stdout
@@ -620,8 +620,7 @@ def test_an_edited_body_is_not_served_from_a_stale_cache(tmp_path):
     body in a copy of the package and the stale launcher is refused (naming the command), then
     `python -m nwhisper.kernels` writes it again and the edit runs."""
     import shutil
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    shutil.copytree(os.path.join(root, "nwhisper"), tmp_path / "nwhisper",
+    shutil.copytree(os.path.join(paths.ROOT, "nwhisper"), tmp_path / "nwhisper",
                     ignore=shutil.ignore_patterns("__pycache__"))
     code = ("import numpy as np\n"
             "from nwhisper import backend, kernels as K\n"
@@ -666,7 +665,6 @@ def test_stft_power_fast_path_equals_portable_body():
 
 PROBE = """
 import pickle, sys
-sys.path.insert(0, sys.argv[2])
 import numpy as np
 import cudasim_check
 from nwhisper import backend
@@ -677,17 +675,16 @@ pickle.dump(out, open(sys.argv[1], "wb"))
 
 
 def test_kernels_compiled_here_and_loaded_from_the_cache_compute_the_same(tmp_path):
-    """Every op case of tests/cudasim_check.py on the CPU backend, in a process that compiles
+    """Every op case of tests/helpers/cudasim_check.py on the CPU backend, in a process that compiles
     the kernels (an empty Numba cache) and in one that loads them from it: the same bits. (A body
     linked into its launcher rather than inlined rounded its sums one way or the other, so the
     first run after an install could transcribe differently from the next.)"""
     import pickle
 
-    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "cache"))
-    here = os.path.dirname(os.path.abspath(__file__))
+    env = paths.env(NUMBA_CACHE_DIR=str(tmp_path / "cache"))
     runs = []
     for k in range(2):
-        subprocess.run([sys.executable, "-c", PROBE, str(tmp_path / f"{k}.pkl"), here], env=env, check=True,
+        subprocess.run([sys.executable, "-c", PROBE, str(tmp_path / f"{k}.pkl")], env=env, check=True,
                        capture_output=True, timeout=600)
         with open(tmp_path / f"{k}.pkl", "rb") as f:
             runs.append(pickle.load(f))

@@ -23,9 +23,8 @@ import urllib.request
 import numpy as np
 import pytest
 from fixture_audio import audio
-from test_server import Server
+from server_process import Server
 
-import nwhisper
 from nwhisper.io.audio import resample
 from nwhisper.server.client import stream
 
@@ -67,8 +66,8 @@ def main(servers):
 
 
 @pytest.fixture(scope="module")
-def model():
-    return nwhisper.load("tiny.en", device="cpu")
+def model(models):
+    return models("tiny.en")
 
 
 def ws(server, path="/stream", token=TOKEN):

@@ -9,7 +9,7 @@ import numpy as np
 
 from nwhisper.io.audio import load_audio
 
-FIX = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fixtures")
+from paths import FIXTURES as FIX
 
 
 @functools.lru_cache(maxsize=None)

@@ -1,9 +1,9 @@
 """Every op on the CUDA backend under Numba's CUDA simulator, compared with the CPU backend.
 
-Run by tests/test_cudasim.py in a subprocess (the simulator must be switched on before numba is
+Run by tests/cuda/test_cudasim.py in a subprocess (the simulator must be switched on before numba is
 imported):
 
-    NUMBA_ENABLE_CUDASIM=1 python tests/cudasim_check.py [--signatures SIGS.json] [--share DIR]
+    NUMBA_ENABLE_CUDASIM=1 python tests/helpers/cudasim_check.py [--signatures SIGS.json] [--share DIR]
 
 prints one line per case ("CASE name maxdiff=...") and finally "REPORT {json}" (--share: only
 the cases this process claims first, by creating a file named for the case in DIR, so that
@@ -11,13 +11,13 @@ processes started with the same DIR share the cases between them); shapes are ti
 as the simulator runs one Python thread per CUDA thread. The simulator does no type inference, so
 the argument types of every launch can be saved, and
 
-    python tests/cudasim_check.py --ptx SIGS.json
+    python tests/helpers/cudasim_check.py --ptx SIGS.json
 
 (without the simulator; needs NVVM, e.g. from `pip install numba-cuda[cu13]`, but no GPU) compiles
 each body for exactly those types, and the kernels of _cuda_fast.py, with the CUDA compiler, and
 reports any whose PTX uses float64 arithmetic. On a machine with a GPU,
 
-    python tests/cudasim_check.py --gpu
+    python tests/helpers/cudasim_check.py --gpu
 
 runs the same cases on the real device instead of the simulator (bench/gpu_session.sh does).
 """
@@ -28,8 +28,6 @@ import sys
 import time
 
 import numpy as np
-
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from nwhisper import backend  # noqa: E402
 from nwhisper.backend import Backend  # noqa: E402

@@ -7,21 +7,16 @@ tone, a sweep, chords, clicks, speech in noise and far-away speech), each from a
 OnnxWrapper's chunking. The same script exported the weights; onnxruntime is not needed here.
 """
 
-import os
 import subprocess
 import sys
 
 import numpy as np
+import paths
 import pytest
+from export_silero import golden_streams
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-sys.path.insert(0, os.path.join(ROOT, "fixtures"))
-
-from export_silero import golden_streams  # noqa: E402
-
-from nwhisper import backend  # noqa: E402
-from nwhisper.vad import silero  # noqa: E402
+from nwhisper import backend
+from nwhisper.vad import silero
 
 TOL = 1e-5  # per-chunk agreement with onnxruntime that the VAD is held to
 
@@ -33,7 +28,7 @@ def streams():
 
 @pytest.fixture(scope="module")
 def golden():
-    return np.load(os.path.join(ROOT, "fixtures", "golden", "silero_probs.npz"))
+    return paths.golden("silero_probs.npz")
 
 
 @pytest.fixture(scope="module")
@@ -104,7 +99,6 @@ def test_missing_weights_say_where(tmp_path):
 SIM = r"""
 import json, sys
 import numpy as np
-sys.path.insert(0, sys.argv[1])
 from nwhisper import backend
 from nwhisper.vad.silero import Silero
 rng = np.random.default_rng(0)
@@ -119,8 +113,8 @@ print("REPORT", json.dumps({"maxdiff": diff}))
 @pytest.mark.slow
 def test_same_body_under_the_cuda_simulator():
     """The one kernel body as a CUDA grid under Numba's simulator (2 streams, 3 chunks)."""
-    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
-    proc = subprocess.run([sys.executable, "-c", SIM, ROOT], env=env, capture_output=True,
+    env = paths.env(NUMBA_ENABLE_CUDASIM="1")
+    proc = subprocess.run([sys.executable, "-c", SIM], env=env, capture_output=True,
                           text=True, timeout=600)
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("REPORT ")]
     assert lines, f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr[-3000:]}"
@@ -131,8 +125,6 @@ def test_same_body_under_the_cuda_simulator():
 
 
 PTX = r"""
-import sys
-sys.path.insert(0, sys.argv[1])
 from numba import cuda, types
 from nwhisper.kernels.vad_ops import silero_chunk
 f1, f2, f3 = (types.Array(types.float32, n, "C") for n in (1, 2, 3))
@@ -149,6 +141,6 @@ def test_body_compiles_for_cuda_in_float32():
     """The real CUDA compiler (NVVM, no GPU needed) takes the body, and no float64 is left."""
     from numba.cuda.cudadrv import nvvm
     assert nvvm.is_available(), "NVVM is not installed: the test extra's numba-cuda[cu13] brings it"
-    proc = subprocess.run([sys.executable, "-c", PTX, ROOT], capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, "-c", PTX], env=paths.env(), capture_output=True, text=True,
                           timeout=600)
     assert proc.stdout.startswith("OK"), f"{proc.stdout}\n{proc.stderr[-3000:]}"

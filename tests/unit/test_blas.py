@@ -12,6 +12,7 @@ import subprocess
 import sys
 
 import numpy as np
+import paths
 import pytest
 
 from nwhisper.kernels import blas
@@ -100,7 +101,6 @@ def test_numpy_fallback_gives_the_same_encoder():
     on NumPy's matmul (NWHISPER_NUMPY_BLAS=1): the same states within float32 rounding."""
     code = """
 import sys, numpy as np
-sys.path.insert(0, "tests")
 from helpers_models import tiny_dims, tiny_random_checkpoint
 from nwhisper import backend
 from nwhisper.model import Whisper
@@ -112,9 +112,9 @@ np.save(sys.argv[1], m.encode(mel))
     outs = []
     for fallback in ("0", "1"):
         path = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"nw-enc-{os.getpid()}-{fallback}.npy")
-        env = dict(os.environ, NWHISPER_NUMPY_BLAS=fallback)
+        env = paths.env(NWHISPER_NUMPY_BLAS=fallback)
         proc = subprocess.run([sys.executable, "-c", code, path], env=env, capture_output=True,
-                              text=True, timeout=300, cwd=os.path.dirname(os.path.dirname(__file__)))
+                              text=True, timeout=300, cwd=paths.ROOT)
         assert proc.returncode == 0, proc.stderr[-2000:]
         outs.append(np.load(path))
         os.unlink(path)

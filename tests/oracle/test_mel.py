@@ -16,8 +16,9 @@ import pytest
 from nwhisper import mel as M
 from nwhisper.io.audio import load_audio
 
-HERE = os.path.dirname(__file__)
-GOLDEN = sorted(glob.glob(os.path.join(HERE, "..", "fixtures", "golden", "logmel-*.npz")))
+from paths import GOLDEN as GOLDEN_DIR, fixture
+
+GOLDEN = sorted(glob.glob(os.path.join(GOLDEN_DIR, "logmel-*.npz")))
 
 
 @pytest.mark.parametrize("path", GOLDEN, ids=os.path.basename)
@@ -25,7 +26,7 @@ GOLDEN = sorted(glob.glob(os.path.join(HERE, "..", "fixtures", "golden", "logmel
 @pytest.mark.parametrize("oracle", ["_np", ""], ids=["hf-numpy", "hf-torch"])
 def test_log_mel_matches_hf(path, n_mels, oracle):
     g = np.load(path)
-    audio = load_audio(os.path.join(HERE, "..", "fixtures", str(g["clip"])))
+    audio = load_audio(fixture(str(g["clip"])))
     assert len(audio) == int(g["n_samples"])
     ours = M.log_mel(audio, n_mels, M.N_FRAMES)           # (3000, n_mels), time-major
     ref = g[f"mel{n_mels}{oracle}"]                         # (n_mels, frames reaching audio)
@@ -69,7 +70,7 @@ def test_block_by_block_is_the_one_pass_spectrogram(monkeypatch, seconds, n_fram
     """A long recording's log-mel is made in blocks of frames (bounded memory), clamped to the
     loudest frame of all: the same float32 numbers as one pass over the whole signal, which is
     HF's (test_log_mel_matches_hf). Blocks of 700 frames here, so every case is cut."""
-    x = load_audio(os.path.join(HERE, "..", "fixtures", "espeak", "en-63s.flac"))[:int(seconds * M.SAMPLE_RATE)]
+    x = load_audio(fixture("espeak", "en-63s.flac"))[:int(seconds * M.SAMPLE_RATE)]
     nf = len(x) // M.HOP_LENGTH + 1 if n_frames == "long-form" else n_frames
     monkeypatch.setattr(M, "BLOCK_FRAMES", 10 ** 9)
     whole = M.log_mel(x, 80, nf).copy()
@@ -100,7 +101,7 @@ def test_windows_of_a_recording_read_in_pieces_are_the_whole_log_mel(seconds):
     pass, which test_log_mel_matches_hf holds to HF), at seeks that cut blocks and the end."""
     from nwhisper.io.audio import SampleWindow
 
-    speech = load_audio(os.path.join(HERE, "..", "fixtures", "espeak", "en-63s.flac"))
+    speech = load_audio(fixture("espeak", "en-63s.flac"))
     n = int(seconds * M.SAMPLE_RATE) + 77
     x = np.resize(speech, n) * np.float32(1.3)
     content = n // M.HOP_LENGTH

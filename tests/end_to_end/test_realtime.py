@@ -19,9 +19,8 @@ import openai
 import pytest
 import websockets
 from fixture_audio import audio
-from test_server import Server
+from server_process import Server
 
-import nwhisper
 from nwhisper.io.audio import resample
 from nwhisper.server.client import encode, realtime, stream
 
@@ -57,8 +56,8 @@ def server(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def model():
-    return nwhisper.load("tiny.en", device="cpu")
+def model(models):
+    return models("tiny.en")
 
 
 def client(server):
