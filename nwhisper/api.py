@@ -33,6 +33,7 @@ class WhisperModel:
         self.dims = ck.dims
         self.tokenizer = Tokenizer.from_checkpoint(ck)
         self.model = Whisper(ck, self.backend, compute_type)
+        ck.release_pages()
         self._transcriber = Transcriber(self.model, self.tokenizer, ck)
 
     def encode(self, audio):

@@ -62,9 +62,8 @@ class CpuBackend(Backend):
 
         gemv=True, for a matrix that is mostly multiplied by a few rows (the decoder's): an f16
         matrix stays f16, as its bits in a uint16 array (kernels/widen.py), which linear_elem
-        reads at half the bytes, for any number of rows (a prompt's too: measured at or above
-        BLAS's speed up to 224 rows, where widening the matrix for BLAS cost more than the
-        product). A uint16 matrix is taken as such bits."""
+        reads at half the bytes, for any number of rows (a prompt's too: up to 224 rows,
+        widening the matrix for BLAS costs more than the product saves). A uint16 matrix is taken as such bits."""
         a = np.asarray(a)
         if a.dtype == np.float16 and gemv:
             return np.require(a, requirements=("C", "A")).view(np.uint16)
@@ -81,6 +80,7 @@ class CpuBackend(Backend):
         w = Int8Weight(*quantize_int8(self, self.weight(a, gemv=True), columns), None)  # f16 bits
         if quantized_rows and gemm_int8.available() and w.shape[0] % gemm_int8.COLS == 0:
             w.packed = gemm_int8.PackedInt8(w.q, w.scale)
+            w.keep_packed_only()
         return w
 
     def _on_body(self, x, w):
@@ -121,8 +121,7 @@ class CpuBackend(Backend):
     def heads(self, x, n_head):
         """Head-major (H, n, hd) copy of keys or values (n, H*hd): each head's rows contiguous,
         so one batched BLAS call per product reads them as a stream (a decoder step's
-        cross-attention reads all 1500 of them per layer; measured 1.5-2x faster than
-        per-head products over the interleaved rows)."""
+        cross-attention reads all 1500 of them per layer)."""
         n, width = x.shape
         return np.ascontiguousarray(x.reshape(n, n_head, width // n_head).transpose(1, 0, 2))
 
@@ -163,9 +162,9 @@ class CpuBackend(Backend):
     def _entry(fn, args):
         """What a replay calls for fn(*args): the compiled code that the Numba dispatcher `fn`
         chose for these arguments, called directly -- a replay's arguments never change type,
-        and typing them and finding the overload again was ~0.2 µs of every call (measured when a
-        tiny.en step was 63 launches, with no work: 67 -> 55 µs). `fn` itself where it is not a dispatcher (NumPy,
-        blas.gemm) or chose by converting the arguments (no overload of their exact types)."""
+        so typing them and finding the overload again on every call would be wasted. `fn` itself
+        where it is not a dispatcher (NumPy, blas.gemm) or chose by converting the arguments
+        (no overload of their exact types)."""
         overloads = getattr(fn, "overloads", None)
         if overloads is None:
             return fn
@@ -174,8 +173,8 @@ class CpuBackend(Backend):
 
     @staticmethod
     def _play(tape):
-        """The recorded calls again: a decoder step without the Python that chose them (~60
-        calls; the model's code, scratch lookups and dispatch cost ~0.1 ms a step)."""
+        """The recorded calls again: a decoder step without the Python that chose them (the
+        model's code, scratch lookups and dispatch)."""
         for fn, args in tape:
             fn(*args)
 

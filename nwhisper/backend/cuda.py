@@ -161,8 +161,8 @@ class CudaBackend(Backend):
 
     def columns(self, x, start, stop):
         """As Backend.columns, the view made directly (and once per array and columns): Numba's
-        slicing walks every row of a non-contiguous result to find the memory it spans (1500
-        rows: ~1 ms of Python for each layer's cross-attention keys and values, every window)."""
+        slicing walks every row of a non-contiguous result to find the memory it spans (Python
+        over 1500 rows for each layer's cross-attention keys and values, every window)."""
         if self.simulator:
             return super().columns(x, start, stop)
         views = self._views.setdefault(x, {})
@@ -214,7 +214,7 @@ class CudaBackend(Backend):
 
     def _record(self, run):
         """As Backend.replay records, as a CUDA graph (Launcher.capture), which then runs: one
-        call in place of a decoder step's ~60 launches (each ~10 µs of host time). No recording
+        call in place of a decoder step's many launches (each costs host time). No recording
         (run() just runs) where a launch could not be captured, or a scratch buffer was
         reallocated while capturing (the graph's pointers may be stale)."""
         generation = self.scratch_generation

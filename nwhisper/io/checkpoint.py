@@ -15,6 +15,7 @@ consumers that need alignment copy.
 from __future__ import annotations
 
 import dataclasses
+import mmap
 import os
 from dataclasses import dataclass, field
 
@@ -140,6 +141,20 @@ class Checkpoint:
 
     def nbytes(self):
         return sum(t.nbytes for t in self.tensors.values())
+
+    def release_pages(self):
+        """Let go of the mapped file's pages that loading read. A model keeps what it converted
+        in memory of its own; a tensor it reads in place (a decoder's float16 rows) comes back
+        from the page cache when next read. Afterwards the process's resident memory is what
+        the model holds, not also the file."""
+        maps = {}
+        for t in self.tensors.values():
+            while t is not None and getattr(t, "_mmap", None) is None:
+                t = t.base if isinstance(t, np.ndarray) else None
+            if t is not None:
+                maps[id(t._mmap)] = t._mmap
+        for m in maps.values():
+            m.madvise(mmap.MADV_DONTNEED)
 
 
 def expected_shapes(d: Dims):

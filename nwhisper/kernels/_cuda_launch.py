@@ -1,9 +1,9 @@
 """Launching compiled CUDA kernels for a fraction of what Numba's `kernel[grid, block](*args)` costs.
 
 Numba's launch builds a configuration object, types every argument, and marshals each array
-through several layers of Python. On an H200 machine's host that came to ~25 µs for a kernel of
-two arguments and ~100 µs for six, while the decoder step's small kernels each run for a few
-µs on the GPU: a tiny.en step is ~90 launches, so launching was nearly all of its 10 ms.
+through several layers of Python: tens of microseconds of host time per launch, while a decoder
+step's small kernels each run for a few microseconds on the GPU, so launching would be most of
+a step.
 
 `Launcher` remembers, per kernel and per argument types, the compiled function Numba chose, and
 passes the arguments as Numba's own `_Kernel._prepare_args` lays them out: an array as meminfo,

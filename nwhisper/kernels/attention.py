@@ -79,8 +79,7 @@ def attend_row(r, q, k, v, p, out, nq, nk, hd, scale, causal, q_offset, at):
     q (nq, ≥ H*hd: its first H*hd columns), k and v (nk, H*hd), p (H, nq, nk), out (nq, H*hd)
     f32, at (1,) int32. The CPU's attention for a decoder step's few queries over its cache (the
     self-attention; the whole cache, its position read from `at`, so that the launch is the same
-    at every step): one launch instead of the ten NumPy calls of batched products (measured, 64
-    keys: 5 µs against 10.5)."""
+    at every step): one launch instead of the ten NumPy calls of batched products."""
     h = r // nq
     qi = r - h * nq
     base = h * hd
@@ -167,8 +166,8 @@ def attend_heads_row(r, q, k, ks, v, vs, p, out, nq, nk, hd, scale, weights):
 
     q (nq, H*hd), out (nq, H*hd), p (H, nq, nk) f32; k and v (H, nk, hd): int8 with a scale per
     key ks, vs (H, nk) f32 (Int8Heads), or f32 with ks, vs empty. Scores, exponential and values
-    in one item: the query's 1500 probabilities stay in cache between them (three launches of
-    the same items measured 1-9 % slower a layer, and two more parallel regions)."""
+    in one item: the query's 1500 probabilities stay in cache between them (three launches
+    would also be two more parallel regions)."""
     h = r // nq
     qi = r - h * nq
     # Row views first: indexes computed from r might be negative as far as the compiler knows,
@@ -251,7 +250,7 @@ def attention(be, q, k, v, out, n_head, causal=False, q_offset=0, weights=True, 
     many queries are an int8 product (queries and keys quantised per row, as SageAttention does;
     the probabilities' product with the values stays f32).
     n_keys: only k's and v's first n_keys rows are keys (a whole row-major KV cache passed with
-    its filled length: slicing a CUDA device array costs ~20 µs of Python, and a step would
+    its filled length: slicing a CUDA device array is costly Python, and a step would
     slice every layer's cache twice).
     at: a device int32 array holding q_offset in at[0] (the decoder's `tokens`). A backend that
     reads the position there (the CPU's attend_row; CUDA's attend_part, be.reads_position) attends

@@ -3,14 +3,13 @@
 A CPU backend has two kinds of parallel work: its kernels, Numba parallel loops on an OpenMP
 pool, and its float32 GEMMs (the encoder's, a window's cross K/V), which NumPy would run on
 OpenBLAS's own pool. Two pools on few cores fight: a pool whose workers spin after a job takes a
-core from the other's next job (measured on 2 cores: OpenBLAS's sgemm at 116-127 GFLOP/s instead
-of 240-250 right after a spinning Numba launch), and a pool whose workers sleep instead costs
-~50 µs to wake for every parallel launch — more than a decoder step's small products take.
+core from the other's next job (OpenBLAS's sgemm at half its speed right after a spinning Numba
+launch), and a pool whose workers sleep instead costs a wake-up for every parallel launch —
+more than a decoder step's small products take.
 
 So here the GEMMs run in Numba's pool too: OpenBLAS is told to use one thread, and a parallel
 loop gives each Numba thread a block of the output's columns, which it computes by calling
-OpenBLAS's `cblas_sgemm` on its block (measured: 237-257 GFLOP/s on 2 cores, OpenBLAS's own
-2-thread speed). Numba's workers may then spin between launches (libgomp's default), and a
+OpenBLAS's `cblas_sgemm` on its block (as fast as OpenBLAS's own threads). Numba's workers may then spin between launches (libgomp's default), and a
 decoder step's launches can all run on both cores.
 
 The BLAS is NumPy's: the `scipy-openblas` library inside NumPy's wheel, found next to NumPy and

@@ -5,8 +5,7 @@
 the encoder's 1500 rows, the window's cross K/V and a prompt's rows come here: the activations
 are quantised per row too, and the products of the two int8 matrices are summed in int32 by
 `vpdpbusd`, which multiplies 4 pairs of bytes and adds them to a 32-bit lane — 64 multiply-adds
-per instruction, against 16 for a float32 FMA. Measured on 1500×512 by 512×2048: ~2000 GOP/s
-against OpenBLAS sgemm's ~230 GFLOP/s on the same two cores.
+per instruction, against 16 for a float32 FMA.
 
     x (M, K) f32 ──quantize_rows──► xq (Mp, Kp) u8 = round(x / sx) + 128,  sx = max|x_row| / 127
     w (N, K) int8 ──pack──────────► (N/64, Kp/4, 4, 16, 4): for each 64 output columns and each
@@ -152,6 +151,11 @@ class PackedInt8:
         self.scale = np.ascontiguousarray(scale, np.float32)
         self.no_bias = np.zeros((n,), np.float32)  # so one epilogue serves layers without a bias
         self.n, self.k, self.k_padded = n, k, kp
+
+    def rows(self):
+        """The int8 weight (N, K) again, row-major."""
+        n, kp = self.n, self.k_padded
+        return np.ascontiguousarray(self.panels.transpose(0, 2, 3, 1, 4).reshape(n, kp)[:, :self.k])
 
 
 # 'nnan': LLVM vectorises a max reduction only when told there are no NaNs; nothing that

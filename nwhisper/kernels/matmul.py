@@ -3,8 +3,8 @@
 One body, `linear_elem`, computes one output column: the CUDA backend's portable GEMM, the CPU's
 GEMV for int8 weights, and the reference that the CPU's BLAS path is tested against. One output
 per item keeps each item's reads one contiguous weight row, which is what lets the hardware
-prefetcher stream a 20 MB vocabulary projection from memory (measured: blocks of four rows per
-item ran 1.5x slower from DRAM).
+prefetcher stream a 20 MB vocabulary projection from memory (blocks of several rows per item
+are slower from DRAM).
 
 Weights are f32, f16 (on the CPU as uint16 bits, widen.py), or int8 with one f32 scale per output
 row (`Int8Weight`, the `compute_type="int8"` path): a decoder step is memory-bound, and f16 rows
@@ -28,7 +28,7 @@ def linear_elem(o, x, w, scale, bias, out, n, n_in, accumulate):
     scale and bias (n_out,) f32 or (0,) for none, out (n, n_out) f32.
     """
     # Read once, before the loops: a branch after the sum made LLVM vectorise it with one
-    # accumulator instead of several (measured 2x slower).
+    # accumulator instead of several, which is much slower.
     s = scale[o] if scale.shape[0] > 0 else np.float32(1.0)
     b = np.float32(bias[o]) if bias.shape[0] > 0 else np.float32(0.0)
     for r in range(n):
@@ -49,8 +49,19 @@ class Int8Weight:
     weight is exact and the rounding error of any weight is at most scale / 2."""
 
     def __init__(self, q, scale, full, packed=None):
-        self.q, self.scale, self.full, self.packed = q, scale, full, packed
+        self._q, self.scale, self.full, self.packed = q, scale, full, packed
         self.shape, self.dtype = q.shape, q.dtype
+
+    @property
+    def q(self):
+        """The int8 rows (n_out, n_in); unpacked again from `packed` where only that is kept."""
+        return self._q if self._q is not None else self.packed.rows()
+
+    def keep_packed_only(self):
+        """Drop the row-major copy of a packed weight (half its memory): every product of many
+        rows reads the packed one, and the rare few-row product unpacks it."""
+        if self.packed is not None:
+            self._q = None
 
 
 @kernel

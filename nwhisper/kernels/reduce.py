@@ -1,7 +1,7 @@
 """Row reductions: softmax (in place, optionally causal and scaled) and its exponential.
 
 `exp_rows` is the softmax's exponential for large blocks on the CPU: Numba compiles math.exp
-to one libm call per element, which never vectorises (it was 40 % of the encoder), and a float
+to one libm call per element, which never vectorises (a large share of the encoder), and a float
 maximum does not vectorise either; vecmath.py's forms of both do.
 """
 

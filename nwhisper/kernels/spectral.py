@@ -3,10 +3,10 @@
 These bodies compute in float64, the one exception to float32 in nwhisper's kernels. The log
 compresses eight decades: a mel bin 1e-8 below the loudest is still inside the clamp, and a
 float32 DFT of 400 samples carries rounding of ~1e-6 of the frame's amplitude, ~1e-2 relative
-in such a bin. Measured: a float32 DFT misses Hugging Face's WhisperFeatureExtractor by 3.4e-5
-(the target is 2e-5); float64 agrees to float32 output rounding (1.2e-7).
+in such a bin: a float32 DFT misses Hugging Face's WhisperFeatureExtractor by more than the
+2e-5 it is held to; float64 agrees to float32 output rounding.
 
-CPU fast path: NumPy's real FFT (pocketfft, float64) of all frames at once, 10× faster than the
+CPU fast path: NumPy's real FFT (pocketfft, float64) of all frames at once, far cheaper than the
 portable body's direct DFT on the CPU, and tested against it. (On a GPU the direct DFT is a
 well-shaped, embarrassingly parallel job.)
 """

@@ -253,13 +253,21 @@ def test_int8_weights_use_the_int8_gemm_for_many_rows(be, rng):
     linear_elem (float activations), above the int8 GEMM (packed rows); a width that is not a
     multiple of 64, or a weight whose activations must not be quantised (the decoder's),
     linear_elem for any number of rows."""
-    w = be.weight_int8(rand(rng, 128, 96))
+    a = rand(rng, 128, 96)
+    w = be.weight_int8(a)
     assert w.packed is not None and w.full is None
+    assert w._q is None, "a packed weight keeps its row-major copy too"
+    q, scale = quantize_int8(be, a)
+    assert np.array_equal(w.q, q) and np.array_equal(w.scale, scale)   # unpacked on demand
     x = rand(rng, 12, 96)
     out, direct = np.empty((12, 128), np.float32), np.empty((12, 128), np.float32)
     K.linear(be, x, w, None, out)
     gemm_int8.gemm(x, w.packed, None, direct, be.scratch)
     assert np.array_equal(out, direct)
+    few, body = np.empty((3, 128), np.float32), np.empty((3, 128), np.float32)
+    K.linear(be, x[:3], w, None, few)                 # few rows: linear_elem on the unpacked rows
+    be.launch(linear_elem, 128, x[:3], q, scale, np.zeros(0, np.float32), body, 3, 96, False)
+    assert np.array_equal(few, body)
     none = np.zeros(0, np.float32)
     for odd in (be.weight_int8(rand(rng, 100, 96)), be.weight_int8(rand(rng, 128, 96), quantized_rows=False)):
         assert odd.packed is None and odd.full is None
