@@ -11,6 +11,14 @@ from nwhisper.io.audio import load_audio
 
 from paths import FIXTURES as FIX
 
+MODELS = ["tiny.en", "base"]                               # the models the oracle tests run
+ALL_CLIPS = os.environ.get("NWHISPER_ALL_CLIPS") == "1"   # every clip for base, not a subset
+
+
+def lang_arg(m, lang):
+    """The language to pass model m for a clip in `lang`: None for an English-only model."""
+    return lang if m.dims.is_multilingual else None
+
 
 @functools.lru_cache(maxsize=None)
 def _load(clip):

@@ -14,14 +14,13 @@ Where the truth came from (all on the same 16 kHz samples, sha256-checked):
 import os
 
 import pytest
-from fixture_audio import audio
+from fixture_audio import ALL_CLIPS, audio, lang_arg, MODELS
 from paths import FIXTURES as FIX, golden
 
 GREEDY = golden("model-greedy.json")
 BEAM = golden("features-beam.json")
 OPENAI = golden("features-openai.json")
 LANGUAGE = golden("features-language.json")
-MODELS = ["tiny.en", "base"]
 # base is ~3x tiny.en's cost: by default its per-clip tests run on these eight clips (English
 # read and spoken digits, Dutch, Czech, synthetic); NWHISPER_ALL_CLIPS=1 runs every clip
 # (all pass: see the module's commit message and the issue report).
@@ -29,7 +28,6 @@ BASE_SUBSET = {"jfk.wav", "librivox/sense_and_sensibility_01_austen_64kb-0870.fl
                "librivox/sense_and_sensibility_01_austen_64kb-0880.flac",
                "librivox/sense_and_sensibility_01_austen_64kb-0890.flac",
                "fillets/nl-vit-v-automat.ogg", "fillets/cs-vit-v-automat.ogg", "espeak/en-11s.flac"}
-ALL_CLIPS = os.environ.get("NWHISPER_ALL_CLIPS") == "1"
 
 
 def clips(name, table):
@@ -41,9 +39,6 @@ def clips(name, table):
 def model(request, models):
     return models(request.param), request.param
 
-
-def lang_arg(m, lang):
-    return lang if m.dims.is_multilingual else None
 
 
 # ------------------------------------------------------------------------------ timestamps

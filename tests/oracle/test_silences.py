@@ -14,18 +14,13 @@ import os
 import make_golden_features as MGF
 import numpy as np
 import pytest
-from fixture_audio import audio
+from fixture_audio import ALL_CLIPS, audio, lang_arg, MODELS
 from paths import FIXTURES as FIX, golden
 
 OPENAI = golden("features-openai.json")
 VAD = golden("features-vad.json")
 HALLUCINATION = golden("features-hallucination.json")
-MODELS = ["tiny.en", "base"]
-ALL_CLIPS = os.environ.get("NWHISPER_ALL_CLIPS") == "1"
 
-
-def lang_arg(m, lang):
-    return lang if m.dims.is_multilingual else None
 
 
 # ------------------------------------------------------------------------------ silences, VAD

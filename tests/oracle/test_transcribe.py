@@ -18,7 +18,7 @@ import os
 
 import numpy as np
 import pytest
-from fixture_audio import audio
+from fixture_audio import audio, MODELS
 from paths import FIXTURES as FIX, golden
 
 import nwhisper
@@ -27,7 +27,6 @@ from nwhisper.io.convert import convert
 GREEDY = golden("model-greedy.json")
 FW = golden("model-fw.json")
 FW_INT8 = golden("model-fw-int8.json")
-MODELS = ["tiny.en", "base"]
 
 
 @pytest.fixture(scope="module", params=MODELS)
