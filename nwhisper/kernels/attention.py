@@ -18,7 +18,9 @@ keys) is attend_row: each (head, query) item does all three, in one launch. Its 
 head-major keys with the scales of int8 ones, in one launch. Many queries (the
 encoder, a long prompt) run the two products on BLAS one head at a time while its scores are in
 cache, reduce.exp_rows (an exponential that vectorises) between them, then 1/sum scales the
-output, or the probabilities when they are returned (without, one head's buffer serves all).
+output, or the probabilities when they are returned (without, one head's buffer serves all);
+compute_type "int8" on a CPU with VNNI and BF16 runs attention_blocked instead (a block of
+queries at a time in L2: int8 scores, bfloat16 probabilities and values).
 Each is tested against the portable path.
 """
 
@@ -26,7 +28,7 @@ import math
 
 import numpy as np
 
-from nwhisper.kernels import blas, gemm_int8
+from nwhisper.kernels import attention_blocked, blas, gemm_int8
 from nwhisper.kernels._compile import kernel
 from nwhisper.kernels.matmul import quantize_int8
 from nwhisper.kernels.reduce import exp_rows
@@ -285,6 +287,9 @@ def attention(be, q, k, v, out, n_head, causal=False, q_offset=0, weights=True, 
                   np.float32(1.0 / math.sqrt(hd)), causal, q_offset,
                   be._zero_at if at is None else at,
                   work=n_head * nq * nk * hd // 32)  # two vectorised passes over the keys
+    elif int8 and p is None and not causal and width == n_head * attention_blocked.HD \
+            and attention_blocked.available():
+        attention_blocked.attention(be, q, k, v, out, n_head)
     else:
         attention_blas(be, q, k, v, out, n_head, p, causal, q_offset,
                        int8 and p is None and not causal and gemm_int8.available())
@@ -300,7 +305,9 @@ def variant(be, nq, nk, k, causal):
               three portable bodies (attention_portable, the reference)
       rows    the host, a few queries over short row-major keys (the decoder's self-attention):
               attend_row, both products in one body
-      blas    the host otherwise (the encoder): per head, two BLAS products around exp_rows
+      blas    the host otherwise (the encoder): per head, two BLAS products around exp_rows;
+              int8, unmasked, no probabilities kept, heads of 64 and a CPU with VNNI and
+              BF16: attention_blocked.attention instead
     """
     if isinstance(k, Int8Heads) or (be.on_host and k.ndim == 3 and nq <= FEW_QUERIES and not causal):
         return "heads"

@@ -1,0 +1,263 @@
+"""The CPU encoder's int8 attention, a block of queries at a time, so that nothing leaves L2.
+
+`compute_type="int8"` on a CPU with AVX-512 VNNI and BF16: a block of BLOCK queries of one head
+is one parallel item, and all of its work stays in that core's cache:
+
+    scores   s = q·kᵀ / √hd for the block's rows over every key: int8 products (queries and keys
+             quantised per row, as SageAttention does) on gemm_int8's VNNI micro-tile
+    exp      p = exp(s − rowmax), rounded to bfloat16; total = Σ of the rounded p (so that the
+             weights the values see sum to exactly what they are divided by)
+    values   out = (p · v) / total with v in bfloat16, summed in float32 by `vdpbf16ps`, which
+             multiplies 2 pairs of bfloat16 into each 32-bit lane — 32 multiply-adds an
+             instruction against 16 for a float32 FMA
+
+Done head by head over the whole sequence (attention.attention_blas), each head's 1500 × 1536
+score block (9 MB) went out to memory and back twice, and the values' product ran at float32's
+rate. The probabilities are not kept (the encoder never returns them).
+
+Layouts (H heads of hd = 64 columns, nk keys padded to `wide`, a multiple of 64):
+    queries  xq (nq·H + pad, hd) u8: row m·H + h is query m of head h (q's rows, reshaped)
+    keys     panels (H, wide/64, hd/4, 4, 16, 4) i8: gemm_int8.PackedInt8's per head
+    values   vb (H, wide/2, hd, 2) u16: for each pair of keys and each column, the two values'
+             bfloat16 side by side (a 32-bit lane of vdpbf16ps)
+
+A CPU fast path of attention(): tested against the portable body (attention_portable) within the
+rounding int8 and bfloat16 add, and against the same products done exactly in NumPy.
+"""
+
+import functools
+import math
+
+import llvmlite.binding as llvm
+import numpy as np
+from numba import njit, prange, types
+from numba.core import config
+from numba.extending import intrinsic
+
+from nwhisper.kernels import gemm_int8
+from nwhisper.kernels.matmul import quantize_int8
+from nwhisper.kernels.vecmath import _bits_float, _float_bits, from_key, order_key
+
+HD = 64         # the head width every Whisper model has (d_model / n_head)
+ROWS = 6        # rows of p per values micro-tile: 6 × 4 accumulators + 4 value vectors in registers
+BLOCK = 48      # queries per parallel item (a multiple of ROWS and of gemm_int8.ROWS): its scores
+                # (48 × 1536 f32) and probabilities (bf16) take ~440 KB of a core's L2
+# A row's total is summed in integers, p · 2^40 each: exact whatever the order (so it
+# vectorises and rounds the same in every build); a p below 2^-40 of the row's largest adds 0.
+FIXED = np.float32(2.0 ** 40)
+# FMAs in the exponential's polynomial; no reassociation (every sum here is integer or in order).
+FASTMATH = {"contract", "nsz", "arcp"}
+
+
+@functools.cache
+def available():
+    """True where gemm_int8 runs and the CPU also has AVX-512 BF16 (vdpbf16ps)."""
+    return gemm_int8.available() and llvm.get_host_cpu_features().get("avx512bf16", False) \
+        and config.CPU_NAME in (None, "host")
+
+
+@intrinsic
+def _values_tile(typingctx, p_addr, ldp, v_addr, k2, out_addr, ldo, rows, inv_addr):
+    """out[r, c] = inv[r] · Σ_t dot2(p[r, 2t:2t+2], v[2t:2t+2, c]) for r < rows (≤ ROWS), c < 64.
+
+    p_addr: bf16 row 0 of the tile (row stride ldp bytes); v_addr: the head's packed values
+    (k2 pairs of keys, 256 bytes each); out_addr: f32 out[0, 0] of the tile (row stride ldo
+    floats); inv_addr: the rows' 1/total (f32)."""
+    sig = types.void(types.uintp, types.intp, types.uintp, types.intp, types.uintp, types.intp,
+                     types.intp, types.uintp)
+
+    def codegen(context, builder, signature, args):
+        from llvmlite import ir
+        p_addr, ldp, v_addr, k2, out_addr, ldo, rows, inv_addr = args
+        i8, i32, i64, f32 = ir.IntType(8), ir.IntType(32), ir.IntType(64), ir.FloatType()
+        v16, f16x = ir.VectorType(i32, 16), ir.VectorType(f32, 16)
+        vecs = HD // 16
+        # LLVM's own signature takes <32 x bfloat>; the <16 x i32> form is upgraded on parsing.
+        name = "llvm.x86.avx512bf16.dpbf16ps.512"
+        dot = builder.module.globals.get(name) or ir.Function(
+            builder.module, ir.FunctionType(f16x, [f16x, v16, v16]), name)
+        c = lambda v: ir.Constant(i64, v)  # noqa: E731
+        ptr = lambda addr, t: builder.inttoptr(addr, t.as_pointer())  # noqa: E731
+
+        def vec(base, at, t):
+            return builder.bitcast(builder.gep(base, [at]), t.as_pointer())
+
+        def splat(value, t):
+            one = builder.insert_element(ir.Constant(t, ir.Undefined), value, ir.Constant(i32, 0))
+            return builder.shuffle_vector(one, ir.Constant(t, ir.Undefined), ir.Constant(v16, None))
+
+        p_p, v_p = ptr(p_addr, i8), ptr(v_addr, i8)
+        zero = ir.Constant(f16x, None)
+        entry = builder.block
+        loop = builder.append_basic_block("values.loop")
+        done = builder.append_basic_block("values.done")
+        builder.cbranch(builder.icmp_signed(">", k2, c(0)), loop, done)
+
+        builder.position_at_end(loop)
+        t = builder.phi(i64)
+        t.add_incoming(c(0), entry)
+        acc = [builder.phi(f16x) for _ in range(ROWS * vecs)]
+        for a in acc:
+            a.add_incoming(zero, entry)
+        pair = builder.mul(t, c(4 * HD))
+        v = [builder.load(vec(v_p, builder.add(pair, c(64 * j)), v16), align=1) for j in range(vecs)]
+        new = []
+        for r in range(ROWS):
+            at = builder.add(builder.mul(c(r), ldp), builder.mul(t, c(4)))
+            two = builder.load(builder.bitcast(builder.gep(p_p, [at]), i32.as_pointer()), align=1)
+            p2 = splat(two, v16)
+            new += [builder.call(dot, [acc[r * vecs + j], p2, v[j]]) for j in range(vecs)]
+        t_next = builder.add(t, c(1))
+        t.add_incoming(t_next, loop)
+        for a, n in zip(acc, new):
+            a.add_incoming(n, loop)
+        builder.cbranch(builder.icmp_signed("<", t_next, k2), loop, done)
+
+        builder.position_at_end(done)
+        sums = [builder.phi(f16x) for _ in range(ROWS * vecs)]
+        for i, s in enumerate(sums):
+            s.add_incoming(zero, entry)
+            s.add_incoming(new[i], loop)
+        out_p, inv_p = ptr(out_addr, f32), ptr(inv_addr, f32)
+        end = builder.append_basic_block("values.end")
+        for r in range(ROWS):   # rows past `rows` (a block's last tile) are not stored
+            store = builder.append_basic_block(f"values.row{r}")
+            builder.cbranch(builder.icmp_signed("<", c(r), rows), store, end)
+            builder.position_at_end(store)
+            inv = splat(builder.load(builder.gep(inv_p, [c(r)])), f16x)
+            for j in range(vecs):
+                at = builder.add(builder.mul(c(r), ldo), c(16 * j))
+                builder.store(builder.fmul(sums[r * vecs + j], inv), vec(out_p, at, f16x), align=4)
+        builder.branch(end)
+        builder.position_at_end(end)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@njit(inline="always")
+def to_bf16(x):
+    """The bfloat16 nearest float32 x (ties to even), as its 16 bits; x finite."""
+    b = _float_bits(np.float32(x))
+    return np.uint16((b + np.int32(0x7FFF) + ((b >> np.int32(16)) & np.int32(1))) >> np.int32(16) & 0xFFFF)
+
+
+@njit(inline="always")
+def from_bf16(b):
+    """The float32 of bfloat16 bits b."""
+    return _bits_float(np.int32(np.int32(b) << np.int32(16)))
+
+
+@njit(fastmath=FASTMATH, inline="always")
+def exp_bf16(x):
+    """e^x for x ≤ 0 (-inf gives 0) to a relative 9e-5, well inside bfloat16's 2^-9: vecmath's
+    fast_exp with a polynomial of degree 3 for 2^frac (least squares on [0, 1))."""
+    t = np.float32(x) * np.float32(1.4426950408889634)  # log2(e)
+    t = t if t >= np.float32(-126.0) else np.float32(-127.0)  # -127: exponent bits 0 -> 0.0
+    whole = np.int32(math.floor(t))
+    f = t - np.float32(whole)
+    p = np.float32(0.07705804610896771)
+    p = p * f + np.float32(0.2276455791717931)
+    p = p * f + np.float32(0.695122892740359)
+    p = p * f + np.float32(1.0)
+    return p * _bits_float(np.int32((whole + np.int32(127)) << np.int32(23)))
+
+
+@njit(parallel=True, cache=True, fastmath=FASTMATH)
+def _attend(xq, sx, panels, shift, sw, pad, vb, out, n_head, nq, nk):
+    """Every (head, BLOCK queries) pair is one parallel item: scores, exp, values, in L2."""
+    wide = pad.shape[0]
+    n_panels = wide // gemm_int8.COLS
+    k4, k2 = HD // 4, wide // 2
+    ldo = out.strides[0] // 4
+    blocks = -(-nq // BLOCK)
+    for item in prange(n_head * blocks):
+        h = item // blocks
+        m0 = (item % blocks) * BLOCK
+        rows = min(BLOCK, nq - m0)
+        s = np.empty((BLOCK, wide), np.float32)
+        p = np.empty((BLOCK, wide), np.uint16)
+        sxb = np.empty(BLOCK, np.float32)
+        inv = np.empty(BLOCK, np.float32)
+        for r in range(BLOCK):
+            sxb[r] = sx[(m0 + r) * n_head + h] if r < rows else np.float32(1.0)
+        x0 = xq[m0 * n_head + h:].ctypes.data
+        for pn in range(n_panels):
+            n0 = pn * gemm_int8.COLS
+            for r in range(0, rows, gemm_int8.ROWS):
+                gemm_int8._tile(x0 + r * n_head * HD, n_head * HD, panels[h, pn].ctypes.data, k4,
+                                s[r:, n0:].ctypes.data, wide, min(gemm_int8.ROWS, rows - r),
+                                sxb[r:].ctypes.data, shift[h, n0:].ctypes.data,
+                                sw[h, n0:].ctypes.data, pad[n0:].ctypes.data)
+        for r in range(rows):
+            top = order_key(-math.inf)
+            for j in range(nk):
+                key = order_key(s[r, j])
+                top = key if key > top else top
+            m = from_key(top)
+            total = 0
+            for j in range(wide):
+                b = to_bf16(exp_bf16(s[r, j] - m))
+                p[r, j] = b
+                total += np.int64(from_bf16(b) * FIXED)
+            inv[r] = FIXED / np.float32(total)
+        for r in range(rows, BLOCK):    # a last block's unused rows: read by a tile, never stored
+            p[r, :] = 0
+        for r in range(0, rows, ROWS):
+            _values_tile(p[r:].ctypes.data, wide * 2, vb[h].ctypes.data, k2,
+                         out[m0 + r:, h * HD:].ctypes.data, ldo, min(ROWS, rows - r),
+                         inv[r:].ctypes.data)
+
+
+@njit(parallel=True, cache=True)
+def _pack_keys(kq, k_scale, n_head, scale, panels, shift, sw):
+    """kq (nk·H, hd) i8 rows (row j·H + h: key j of head h) and their scales into each head's
+    PackedInt8 layout, the +128 shift's correction and the scales times `scale` (1/√hd)."""
+    nk = kq.shape[0] // n_head
+    for hp in prange(panels.shape[0] * panels.shape[1]):
+        h, pn = hp // panels.shape[1], hp % panels.shape[1]
+        for col in range(gemm_int8.COLS):
+            j = pn * gemm_int8.COLS + col
+            vec, lane = col // 16, col % 16
+            total = 0
+            for k in range(HD):
+                b = kq[j * n_head + h, k] if j < nk else np.int8(0)
+                panels[h, pn, k // 4, vec, lane, k % 4] = b
+                total += b
+            shift[h, j] = 128 * total
+            sw[h, j] = k_scale[j * n_head + h] * scale if j < nk else np.float32(0.0)
+
+
+@njit(parallel=True, cache=True)
+def _pack_values(v, n_head, vb):
+    """v (nk, H·hd) f32 into vb (H, wide/2, hd, 2) bf16, keys past nk zero."""
+    nk = v.shape[0]
+    for ht in prange(vb.shape[0] * vb.shape[1]):
+        h, t = ht // vb.shape[1], ht % vb.shape[1]
+        for e in range(2):
+            j = 2 * t + e
+            for c in range(HD):
+                vb[h, t, c, e] = to_bf16(v[j, h * HD + c]) if j < nk else np.uint16(0)
+
+
+def attention(be, q, k, v, out, n_head):
+    """out = softmax(q kᵀ / √hd) v per head, not causal; q (nq, H·hd), k and v (nk, H·hd), out
+    (nq, H·hd) f32, row-contiguous with hd = 64; on the CPU, where available()."""
+    nq, width = q.shape
+    nk = k.shape[0]
+    if width != n_head * HD:
+        raise ValueError(f"attention_blocked: heads of {width // n_head} columns, not {HD}")
+    wide = -(-nk // gemm_int8.COLS) * gemm_int8.COLS
+    xq = be.scratch("blocked.xq", ((nq + BLOCK) * n_head, HD), np.uint8)
+    sx = be.scratch("blocked.sx", (nq * n_head,), np.float32)
+    gemm_int8.quantize_rows(np.require(q, np.float32, "C").reshape(nq * n_head, HD), xq, sx)
+    kq, k_scale = quantize_int8(be, np.require(k, np.float32, "C").reshape(nk * n_head, HD))
+    panels = be.scratch("blocked.panels", (n_head, wide // gemm_int8.COLS, HD // 4, 4, 16, 4), np.int8)
+    shift = be.scratch("blocked.shift", (n_head, wide), np.int32)
+    sw = be.scratch("blocked.sw", (n_head, wide), np.float32)
+    _pack_keys(kq, k_scale, n_head, np.float32(1.0 / math.sqrt(HD)), panels, shift, sw)
+    pad = be.scratch("blocked.pad", (wide,), np.float32)
+    pad[:nk], pad[nk:] = 0.0, -np.inf       # padding keys score -inf: exp 0
+    vb = be.scratch("blocked.vb", (n_head, wide // 2, HD, 2), np.uint16)
+    _pack_values(np.require(v, np.float32, "C"), n_head, vb)
+    _attend(xq, sx, panels, shift, sw, pad, vb, out, n_head, nq, nk)
