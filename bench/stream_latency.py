@@ -57,7 +57,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from server_load import EXPECT, ROOT, form, pct, rss_mb, start_server, stop_server  # noqa: E402
 
 sys.path.insert(0, ROOT)
-sys.path.insert(0, os.path.join(ROOT, "tests"))
+sys.path.insert(0, os.path.join(ROOT, "tests", "helpers"))
 from fixture_audio import extent  # noqa: E402  (where a clip's voice is: the scenes' truth)
 from nwhisper.io.audio import resample  # noqa: E402
 from nwhisper.server.client import encode, realtime, stream  # noqa: E402

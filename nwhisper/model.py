@@ -337,13 +337,14 @@ class Whisper:
         K.linear(be, enc, self.cross_kv_w, self.cross_kv_b, kv)
         # int8: quantised per key / per channel (kernels.attention.Int8Heads), a quarter of the
         # bytes every decoder step reads; else in the layout the backend reads fastest.
-        int8 = self.compute_type == "int8"
-
-        def heads(x):
-            return heads_int8(be, x, d.n_text_head) if int8 else be.heads(x, d.n_text_head)
-
-        ks = [heads(be.columns(kv, 2 * i * width, (2 * i + 1) * width)) for i in range(d.n_text_layer)]
-        vs = [heads(be.columns(kv, (2 * i + 1) * width, (2 * i + 2) * width)) for i in range(d.n_text_layer)]
+        if self.compute_type == "int8":    # one launch for all: column views would not vectorise
+            both = heads_int8(be, kv, d.n_text_head, 2 * d.n_text_layer)
+            ks, vs = both[0::2], both[1::2]
+        else:
+            ks = [be.heads(be.columns(kv, 2 * i * width, (2 * i + 1) * width), d.n_text_head)
+                  for i in range(d.n_text_layer)]
+            vs = [be.heads(be.columns(kv, (2 * i + 1) * width, (2 * i + 2) * width), d.n_text_head)
+                  for i in range(d.n_text_layer)]
         self._cross = (enc, ks, vs)
         return ks, vs
 

@@ -129,34 +129,41 @@ class Int8Heads:
 
 
 @kernel
-def heads_int8_row(r, x, q, scale, n, hd):
-    """Row r = h*n + j of Int8Heads from x (n, H*hd) f32: q[h, j, :] = round(x[j, h*hd:(h+1)*hd]
-    · (1 / scale[h, j])), halves up; scale = max|row| · (1/127) (1 for a zero row)."""
-    h = r // n
-    j = r - h * n
-    row = x[j, h * hd:(h + 1) * hd]       # row views: see attend_heads_row
-    dst = q[h, j]
-    top = np.float32(0.0)
-    for c in range(hd):
-        v = abs(row[c])
-        top = v if v > top else top
-    # Products with reciprocals, written out: the CPU's fastmath would make them of the
-    # divisions anyway, and so both targets round alike.
-    s = top * np.float32(1.0 / 127.0) if top > np.float32(0.0) else np.float32(1.0)
-    scale[h, j] = s
-    inv = np.float32(1.0) / s
-    for c in range(hd):
-        v = min(max(row[c] * inv, np.float32(-127.0)), np.float32(127.0))
-        dst[c] = np.int8(math.floor(v + np.float32(0.5)))  # to nearest, halves up
+def heads_int8_row(j, x, q, scale, n_head, hd):
+    """Key j's rows of Int8Heads from x (n, H*hd) f32, for every head h: q[h, j, :] =
+    round(x[j, h*hd:(h+1)*hd] · (1 / scale[h, j])), halves up; scale = max|row| · (1/127) (1 for
+    a zero row). One item a key: each reads one contiguous row of x."""
+    for h in range(n_head):
+        row = x[j, h * hd:(h + 1) * hd]       # row views: see attend_heads_row
+        dst = q[h, j]
+        top = order_key(np.float32(0.0))   # |v|'s maximum as integer keys: it vectorises
+        for c in range(hd):
+            k = order_key(abs(row[c]))
+            top = k if k > top else top
+        # Products with reciprocals, written out: the CPU's fastmath would make them of the
+        # divisions anyway, and so both targets round alike.
+        m = from_key(top)
+        s = m * np.float32(1.0 / 127.0) if m > np.float32(0.0) else np.float32(1.0)
+        scale[h, j] = s
+        inv = np.float32(1.0) / s
+        for c in range(hd):
+            v = min(max(row[c] * inv, np.float32(-127.0)), np.float32(127.0))
+            dst[c] = np.int8(math.floor(v + np.float32(0.5)))  # to nearest, halves up
 
 
-def heads_int8(be, x, n_head):
-    """Int8Heads of keys or values x (n, H*hd) on the backend."""
+def heads_int8(be, x, n_head, groups=1):
+    """Int8Heads of keys or values x (n, groups·H·hd) on the backend: one launch for `groups`
+    consecutive blocks of H heads (the decoder's every layer's keys and values, side by side in
+    one product), a list of them when groups > 1."""
     n, width = x.shape
-    q = be.empty((n_head, n, width // n_head), np.int8)
-    scale = be.empty((n_head, n), np.float32)
-    be.launch(heads_int8_row, n_head * n, x, q, scale, n, width // n_head, work=2 * x.size)
-    return Int8Heads(q, scale)
+    heads = n_head * groups
+    q = be.empty((heads, n, width // heads), np.int8)
+    scale = be.empty((heads, n), np.float32)
+    be.launch(heads_int8_row, n, x, q, scale, heads, width // heads, work=2 * x.size)
+    if groups == 1:
+        return Int8Heads(q, scale)
+    return [Int8Heads(q[g * n_head:(g + 1) * n_head], scale[g * n_head:(g + 1) * n_head])
+            for g in range(groups)]
 
 
 @kernel

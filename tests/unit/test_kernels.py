@@ -450,15 +450,17 @@ def test_attention_blocked(be, rng, nq, nk, n_head):
 @pytest.mark.parametrize("weights", [False, True])
 def test_attention_over_int8_heads(be, rng, nq, nk, n_head, weights):
     """compute_type="int8"'s cross-attention: keys and values quantised per key and head
-    (Int8Heads, scale = max|row| · (1/127), q = round half up of row · (1/scale)); the output is the
-    attention over
+    (Int8Heads, scale = max|row| · (1/127), q = round half up of row · (1/scale)), keys and values
+    in one launch as the decoder makes them or one set alone; the output is the attention over
     the dequantised K/V (to float32 rounding), the probabilities too when asked for, and near
     the float attention."""
     attn = sys.modules["nwhisper.kernels.attention"]
     d = 64 * n_head
     q, k, v = rand(rng, nq, d), rand(rng, nk, d), rand(rng, nk, d)
     k[3] = 0.0                                   # a zero row: scale 1
-    kh, vh = attn.heads_int8(be, k, n_head), attn.heads_int8(be, v, n_head)
+    kh, vh = attn.heads_int8(be, np.hstack([k, v]), n_head, groups=2)   # the decoder's form
+    alone = attn.heads_int8(be, v, n_head)
+    assert np.array_equal(alone.q, vh.q) and np.array_equal(alone.scale, vh.scale)
     for x, h in ((k, kh), (v, vh)):
         rows = x.reshape(nk, n_head, 64).transpose(1, 0, 2)
         top = np.abs(rows).max(axis=2)
