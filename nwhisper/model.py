@@ -285,13 +285,13 @@ class Whisper:
         self.dec_blocks = [_Block(be, ck, f"model.decoder.layers.{i}", cross=True,
                                   store="int8-gemv" if int8 else "gemv") for i in range(d.n_text_layer)]
         self.dec_ln = _LayerNorm(be, ck, "model.decoder.layer_norm", c)
-        # Every layer's cross-attention k and v weights stacked, [k0; v0; k1; v1; …]: a window's
-        # cross K/V are then one (1500, 2·layers·d) product at BLAS speed instead of 2·layers
-        # small ones. k_proj has no bias (zeros in its rows).
-        w, b = _stacked(ck, [(f"model.decoder.layers.{i}.encoder_attn.{proj}", proj == "v_proj")
-                             for i in range(d.n_text_layer) for proj in ("k_proj", "v_proj")])
-        self.cross_kv_w = (be.weight_int8 if int8 else be.weight)(_host(w))
-        self.cross_kv_b = be.upload(b)
+        # Each layer's cross-attention k and v weights stacked, [k; v]: a window's cross K/V are
+        # one (1500, 2·d) product a layer (k_proj has no bias: zeros in its rows).
+        self.cross_kv_w = []
+        for i in range(d.n_text_layer):
+            w, b = _stacked(ck, [(f"model.decoder.layers.{i}.encoder_attn.{proj}", proj == "v_proj")
+                                 for proj in ("k_proj", "v_proj")])
+            self.cross_kv_w.append(((be.weight_int8 if int8 else be.weight)(_host(w)), be.upload(b)))
         self._cross = None  # (enc, cross_k, cross_v) of the last window
         self.scratch = Scratch(be)
 
@@ -333,18 +333,21 @@ class Whisper:
             return self._cross[1], self._cross[2]
         be, d = self.be, self.dims
         width = d.n_text_state
-        kv = be.empty((enc.shape[0], 2 * d.n_text_layer * width), np.float32)
-        K.linear(be, enc, self.cross_kv_w, self.cross_kv_b, kv)
-        # int8: quantised per key / per channel (kernels.attention.Int8Heads), a quarter of the
-        # bytes every decoder step reads; else in the layout the backend reads fastest.
-        if self.compute_type == "int8":    # one launch for all: column views would not vectorise
-            both = heads_int8(be, kv, d.n_text_head, 2 * d.n_text_layer)
-            ks, vs = both[0::2], both[1::2]
-        else:
-            ks = [be.heads(be.columns(kv, 2 * i * width, (2 * i + 1) * width), d.n_text_head)
-                  for i in range(d.n_text_layer)]
-            vs = [be.heads(be.columns(kv, (2 * i + 1) * width, (2 * i + 2) * width), d.n_text_head)
-                  for i in range(d.n_text_layer)]
+        int8 = self.compute_type == "int8"
+        shape = (enc.shape[0], 2 * width)
+        ks, vs = [], []
+        for w, b in self.cross_kv_w:
+            # int8 keeps its own copy, so one buffer serves every layer and window; a backend's
+            # heads() may keep the float32 product itself
+            kv = be.scratch("cross_kv", shape) if int8 else be.empty(shape, np.float32)
+            K.linear(be, enc, w, b, kv)
+            # int8: quantised per key / per channel (kernels.attention.Int8Heads), a quarter of
+            # the bytes every decoder step reads; else in the layout the backend reads fastest.
+            k, v = heads_int8(be, kv, d.n_text_head, 2) if int8 else (
+                be.heads(be.columns(kv, 0, width), d.n_text_head),
+                be.heads(be.columns(kv, width, 2 * width), d.n_text_head))
+            ks.append(k)
+            vs.append(v)
         self._cross = (enc, ks, vs)
         return ks, vs
 
