@@ -89,9 +89,10 @@ class WhisperModel:
         (chunk → p(speech), with reset()), or a function (samples, sr) → [(start, end)] in
         samples. progress(done_s, total_s): called after every long-form window. on_segments(new):
         called with each window's new segments as they are decoded (with vad, on the joined
-        speech's clock; the returned segments are on the recording's). cancelled(): asked after
-        each encoder pass; True raises nwhisper.records.Cancelled before any decoding (a live
-        stream's speculative final that more speech made stale)."""
+        speech's clock; the returned segments are on the recording's). cancelled(): asked
+        before each encoder layer and after the pass; True raises nwhisper.records.Cancelled
+        there, before any decoding (a live stream's speculative final that more speech made
+        stale)."""
         unknown = sorted(set(options) - {f.name for f in dataclasses.fields(TranscribeOptions)})
         if unknown:
             raise TypeError(f"transcribe() got an unknown option {unknown[0]!r}; the options are "

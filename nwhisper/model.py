@@ -26,6 +26,7 @@ from . import kernels as K
 from .backend import StepRecording
 from .kernels.attention import heads_int8
 from .io.checkpoint import Checkpoint
+from .records import Cancelled
 
 LN_EPS = 1e-5   # torch.nn.LayerNorm's default, which every Whisper was trained with
 
@@ -296,11 +297,13 @@ class Whisper:
         self.scratch = Scratch(be)
 
     # ---------------------------------------------------------------- encoder
-    def encode(self, mel):
+    def encode(self, mel, cancelled=None):
         """mel: (2·n, n_mels) float32, time-major (host or device) → encoder states
         (n, n_audio_state) on the device. n is n_audio_ctx (30 s) for a transcription; a shorter
         context (whisper.cpp's audio_ctx: the positional embedding's first n rows) encodes
-        2·n·10 ms of audio for a fraction of the cost, which is what a live draft does."""
+        2·n·10 ms of audio for a fraction of the cost, which is what a live draft does.
+        cancelled() before each layer: True raises records.Cancelled (a live stream's
+        speculative final that more speech made stale gives the model back at once)."""
         be, d, s = self.be, self.dims, self.scratch
         width = d.n_audio_state
         n_frames = mel.shape[0]
@@ -318,6 +321,8 @@ class Whisper:
         K.gelu(be, x, x)
         K.add_rows(be, x, self.enc_pos, 0)
         for blk in self.enc_blocks:
+            if cancelled is not None and cancelled():
+                raise Cancelled()
             self._self_attention(blk, x, n, None)
             self._mlp(blk, x, n, in_place=True)
         self.enc_ln(be, x, x)

@@ -93,7 +93,8 @@ class Transcriber:
         first window is encoded and its language known); each later window is decoded as the
         iterator is read. progress(done_s, total_s) is called after every long-form window;
         on_segments(new) with each window's new segments (their times on this audio's clock);
-        cancelled() after each encoder pass: True raises Cancelled (no decoding follows)."""
+        cancelled() between the encoder's layers and after each pass: True raises Cancelled
+        (no decoding follows)."""
         opts = options or TranscribeOptions()
         if kw:
             opts = dataclasses.replace(opts, **kw)      # checked again by __post_init__
@@ -176,7 +177,7 @@ class Transcriber:
     def _short_form(self, audio, duration, opts, on_segments=None, cancelled=None):
         n_frames = INPUT_STRIDE * opts.audio_ctx if opts.audio_ctx else self.n_frames
         mel = M.log_mel(audio, self.model.dims.n_mels, n_frames)
-        enc = self.model.encode(mel)
+        enc = self.model.encode(mel, cancelled)
         self._check(cancelled)
         lang, lang_p, probs = self._language(enc, opts.language)
         info = TranscriptionInfo(lang, lang_p, duration, probs)
@@ -217,7 +218,7 @@ class Transcriber:
         last_speech = 0.0
         while seek < content:
             size = min(self.n_frames, content - seek)
-            enc = self.model.encode(mel.window(seek, self.n_frames))
+            enc = self.model.encode(mel.window(seek, self.n_frames), cancelled)
             self._check(cancelled)
             if lang is None:
                 lang, lang_p, probs = self._language(enc, opts.language)

@@ -17,7 +17,8 @@ How an utterance becomes an answer:
 * The endpointer's Stop (the voice has been silent for its tail): the utterance as End would
   cut it now is transcribed at once, with the full 30 s context, as a FINAL job — while the
   closing pause runs. More voice makes it stale: if it has not started it is dropped; if it has,
-  it stops after its encoder pass (transcribe's `cancelled`), and its result is not used. The tail (the audio after the voice that an utterance includes) is
+  it stops before the encoder's next layer (transcribe's `cancelled`), and its result is not
+  used. The tail (the audio after the voice that an utterance includes) is
   200 ms where the pause leaves time to transcribe after it, and shortened, to 64 ms at least,
   where the model would otherwise still be busy when the pause closes: the tail is then
   pause − (a short utterance's transcription time, as measured) − a chunk.
@@ -88,7 +89,8 @@ def stable_prefix(previous, current):
 
 def final_job(audio, options, cancelled=None):
     """A FINAL job for ModelHost.submit: transcribe `audio` (16 kHz) with `options`; the result is
-    (text, seconds it took), or None when `cancelled()` said so after the encoder pass."""
+    (text, seconds it took), or None when `cancelled()` said so (checked between the encoder's
+    layers and after them)."""
     def run(model):             # on the model's worker thread
         t = time.perf_counter()
         try:
@@ -343,8 +345,8 @@ class LiveStream:
     # -- jobs -------------------------------------------------------------------------------
 
     def _final_job(self, audio, spec=None):
-        """The job of a final; of a speculative one (`spec`: its _Utterance) that stops after the
-        encoder when more speech made it stale meanwhile."""
+        """The job of a final; of a speculative one (`spec`: its _Utterance) that stops within
+        the encoder when more speech made it stale meanwhile."""
         cancelled = None if spec is None else (lambda: spec.spec_stale or self.closed)
         return final_job(audio, self._model_options(), cancelled)
 

@@ -79,9 +79,10 @@ def test_short_audio_ctx_matches_hf(models):
         m.transcribe(x, audio_ctx=1501)
 
 
-def test_cancelled_stops_after_the_encoder(models):
-    """cancelled() is asked after each encoder pass (a live stream's stale speculation): True
-    raises Cancelled before any decoding; False changes nothing."""
+def test_cancelled_stops_the_encoder(models):
+    """cancelled() is asked before each encoder layer and after the pass (a live stream's stale
+    speculation): True raises Cancelled at once, before any layer or decoding; becoming True
+    midway stops at the next layer; False changes nothing."""
     from nwhisper.records import Cancelled
 
     m = models("tiny.en")
@@ -90,8 +91,14 @@ def test_cancelled_stops_after_the_encoder(models):
     with pytest.raises(Cancelled):
         m.transcribe(x, cancelled=lambda: asked.append(1) or True)
     assert asked == [1]
-    segments, _ = m.transcribe(x, cancelled=lambda: False)
+    asked.clear()
+    with pytest.raises(Cancelled):
+        m.transcribe(x, cancelled=lambda: asked.append(1) or len(asked) > 2)
+    assert len(asked) == 3 < m.dims.n_audio_layer
+    asked.clear()
+    segments, _ = m.transcribe(x, cancelled=lambda: asked.append(1) or False)
     segments = list(segments)
+    assert len(asked) == m.dims.n_audio_layer + 1
     assert "ask not what your country" in "".join(s.text for s in segments)
 
 
