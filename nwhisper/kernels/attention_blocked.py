@@ -6,10 +6,13 @@ is one parallel item, and all of its work stays in that core's cache:
     scores   s = q·kᵀ / √hd for the block's rows over every key: int8 products (queries and keys
              quantised per row, as SageAttention does) on gemm_int8's VNNI micro-tile
     exp      p = exp(s − rowmax), rounded to bfloat16; total = Σ of the rounded p (so that the
-             weights the values see sum to exactly what they are divided by)
+             weights the values see sum to what they are divided by), in a fixed order
     values   out = (p · v) / total with v in bfloat16, summed in float32 by `vdpbf16ps`, which
              multiplies 2 pairs of bfloat16 into each 32-bit lane — 32 multiply-adds an
              instruction against 16 for a float32 FMA
+
+The exponential and both products are LLVM IR in Numba intrinsics (Numba has no vector types),
+each summing in an order fixed by its code, so the result is the same in every build.
 
 Done head by head over the whole sequence (attention.attention_blas), each head's 1500 × 1536
 score block (9 MB) went out to memory and back twice, and the values' product ran at float32's
@@ -36,18 +39,13 @@ from numba.extending import intrinsic
 
 from nwhisper.kernels import gemm_int8
 from nwhisper.kernels.matmul import quantize_int8
-from nwhisper.kernels.vecmath import _bits_float, _float_bits, from_key, order_key
+from nwhisper.kernels.vecmath import _float_bits, from_key, order_key
 
 HD = 64         # the head width every Whisper model has (d_model / n_head)
 ROWS = 6        # rows of p per values micro-tile: 6 × 4 accumulators + 4 value vectors in registers
 BLOCK = 48      # queries per parallel item (a multiple of ROWS and of gemm_int8.ROWS): its scores
                 # (48 × 1536 f32) and probabilities (bf16) take ~440 KB of a core's L2
-# A row's total is summed in integers, p · 2^40 each: exact whatever the order (so it
-# vectorises and rounds the same in every build); a p below 2^-40 of the row's largest adds 0.
-FIXED = np.float32(2.0 ** 40)
-# FMAs in the exponential's polynomial; no reassociation (every sum here is integer or in order).
-FASTMATH = {"contract", "nsz", "arcp"}
-
+FIXED = 2.0 ** 40   # the fixed point a row's total is summed in (_exp_row)
 
 @functools.cache
 def available():
@@ -135,35 +133,78 @@ def _values_tile(typingctx, p_addr, ldp, v_addr, k2, out_addr, ldo, rows, inv_ad
     return sig, codegen
 
 
-@njit(inline="always")
-def to_bf16(x):
-    """The bfloat16 nearest float32 x (ties to even), as its 16 bits; x finite."""
-    b = _float_bits(np.float32(x))
-    return np.uint16((b + np.int32(0x7FFF) + ((b >> np.int32(16)) & np.int32(1))) >> np.int32(16) & 0xFFFF)
+@intrinsic
+def _exp_row(typingctx, s_addr, n, top, p_addr):
+    """p[j] = bfloat16(e^(s[j] − top)) for j < n (a multiple of 16), and the sum of those
+    bfloat16 values, exactly: each times 2^40 as an int64 (a p below 2^-40 adds 0), so the total
+    is the same whatever the order or vector width. e^x = 2^t, t = x·log2(e) ≥ −127 (below: 0): 2^floor(t) in the exponent bits times
+    2^frac(t) by a degree-3 polynomial (least squares on [0, 1), relative error 9e-5, well
+    inside bfloat16's 2^-9); rounded to nearest even by vcvtneps2bf16. Written as vectors:
+    Numba's scalar loop of the same did a third of the speed."""
+    sig = types.float32(types.uintp, types.intp, types.float32, types.uintp)
+
+    def codegen(context, builder, signature, args):
+        from llvmlite import ir
+        s_addr, n, top, p_addr = args
+        i16, i32, i64, f32 = ir.IntType(16), ir.IntType(32), ir.IntType(64), ir.FloatType()
+        vf, vi, vh = ir.VectorType(f32, 16), ir.VectorType(i32, 16), ir.VectorType(i16, 16)
+        v8f, v8q = ir.VectorType(f32, 8), ir.VectorType(i64, 8)
+
+        def fn(name, ret, params):
+            return builder.module.globals.get(name) or ir.Function(
+                builder.module, ir.FunctionType(ret, params), name)
+        fma = fn("llvm.fma.v16f32", vf, [vf, vf, vf])
+        floor = fn("llvm.floor.v16f32", vf, [vf])
+        vmax = fn("llvm.maxnum.v16f32", vf, [vf, vf])
+        to_bf16 = fn("llvm.x86.avx512bf16.cvtneps2bf16.512", vh, [vf])   # upgraded as above
+        c = lambda v: ir.Constant(i64, v)  # noqa: E731
+        fv = lambda v: ir.Constant(vf, [v] * 16)  # noqa: E731
+        iv = lambda v: ir.Constant(vi, [v] * 16)  # noqa: E731
+        one = builder.insert_element(ir.Constant(vf, ir.Undefined), top, ir.Constant(i32, 0))
+        tops = builder.shuffle_vector(one, ir.Constant(vf, ir.Undefined), ir.Constant(vi, None))
+        s_p, p_p = builder.inttoptr(s_addr, f32.as_pointer()), builder.inttoptr(p_addr, i16.as_pointer())
+        entry = builder.block
+        loop = builder.append_basic_block("exp.loop")
+        done = builder.append_basic_block("exp.done")
+        builder.cbranch(builder.icmp_signed(">", n, c(0)), loop, done)
+
+        builder.position_at_end(loop)
+        j = builder.phi(i64)
+        j.add_incoming(c(0), entry)
+        acc = builder.phi(v8q)
+        acc.add_incoming(ir.Constant(v8q, None), entry)
+        x = builder.load(builder.bitcast(builder.gep(s_p, [j]), vf.as_pointer()), align=4)
+        t = builder.call(vmax, [builder.fmul(builder.fsub(x, tops), fv(1.4426950408889634)), fv(-127.0)])
+        whole = builder.call(floor, [t])
+        f = builder.fsub(t, whole)
+        poly = builder.call(fma, [fv(0.07705804610896771), f, fv(0.2276455791717931)])
+        poly = builder.call(fma, [poly, f, fv(0.695122892740359)])
+        poly = builder.call(fma, [poly, f, fv(1.0)])
+        exponent = builder.shl(builder.add(builder.fptosi(whole, vi), iv(127)), iv(23))  # -127: 0.0
+        b = builder.call(to_bf16, [builder.fmul(poly, builder.bitcast(exponent, vf))])
+        builder.store(b, builder.bitcast(builder.gep(p_p, [j]), vh.as_pointer()), align=2)
+        fixed = builder.fmul(builder.bitcast(builder.shl(builder.zext(b, vi), iv(16)), vf), fv(FIXED))
+        halves = [builder.fptosi(builder.shuffle_vector(fixed, fixed, ir.Constant(ir.VectorType(i32, 8), list(range(h, h + 8)))), v8q)
+                  for h in (0, 8)]
+        acc_next = builder.add(acc, builder.add(halves[0], halves[1]))
+        j_next = builder.add(j, c(16))
+        j.add_incoming(j_next, loop)
+        acc.add_incoming(acc_next, loop)
+        builder.cbranch(builder.icmp_signed("<", j_next, n), loop, done)
+
+        builder.position_at_end(done)
+        lanes = builder.phi(v8q)
+        lanes.add_incoming(ir.Constant(v8q, None), entry)
+        lanes.add_incoming(acc_next, loop)
+        total = ir.Constant(i64, 0)
+        for lane in range(8):
+            total = builder.add(total, builder.extract_element(lanes, ir.Constant(i32, lane)))
+        return builder.fdiv(builder.sitofp(total, f32), ir.Constant(f32, FIXED))
+
+    return sig, codegen
 
 
-@njit(inline="always")
-def from_bf16(b):
-    """The float32 of bfloat16 bits b."""
-    return _bits_float(np.int32(np.int32(b) << np.int32(16)))
-
-
-@njit(fastmath=FASTMATH, inline="always")
-def exp_bf16(x):
-    """e^x for x ≤ 0 (-inf gives 0) to a relative 9e-5, well inside bfloat16's 2^-9: vecmath's
-    fast_exp with a polynomial of degree 3 for 2^frac (least squares on [0, 1))."""
-    t = np.float32(x) * np.float32(1.4426950408889634)  # log2(e)
-    t = t if t >= np.float32(-126.0) else np.float32(-127.0)  # -127: exponent bits 0 -> 0.0
-    whole = np.int32(math.floor(t))
-    f = t - np.float32(whole)
-    p = np.float32(0.07705804610896771)
-    p = p * f + np.float32(0.2276455791717931)
-    p = p * f + np.float32(0.695122892740359)
-    p = p * f + np.float32(1.0)
-    return p * _bits_float(np.int32((whole + np.int32(127)) << np.int32(23)))
-
-
-@njit(parallel=True, cache=True, fastmath=FASTMATH)
+@njit(parallel=True, cache=True)
 def _attend(xq, sx, panels, shift, sw, pad, vb, out, n_head, nq, nk):
     """Every (head, BLOCK queries) pair is one parallel item: scores, exp, values, in L2."""
     wide = pad.shape[0]
@@ -194,13 +235,7 @@ def _attend(xq, sx, panels, shift, sw, pad, vb, out, n_head, nq, nk):
             for j in range(nk):
                 key = order_key(s[r, j])
                 top = key if key > top else top
-            m = from_key(top)
-            total = 0
-            for j in range(wide):
-                b = to_bf16(exp_bf16(s[r, j] - m))
-                p[r, j] = b
-                total += np.int64(from_bf16(b) * FIXED)
-            inv[r] = FIXED / np.float32(total)
+            inv[r] = np.float32(1.0) / _exp_row(s[r].ctypes.data, wide, from_key(top), p[r].ctypes.data)
         for r in range(rows, BLOCK):    # a last block's unused rows: read by a tile, never stored
             p[r, :] = 0
         for r in range(0, rows, ROWS):
@@ -228,6 +263,13 @@ def _pack_keys(kq, k_scale, n_head, scale, panels, shift, sw):
             sw[h, j] = k_scale[j * n_head + h] * scale if j < nk else np.float32(0.0)
 
 
+@njit(inline="always")
+def _bf16(x):
+    """The bits of the bfloat16 nearest float32 x (ties to even), as vcvtneps2bf16 rounds."""
+    b = _float_bits(np.float32(x))
+    return np.uint16((b + np.int32(0x7FFF) + ((b >> np.int32(16)) & np.int32(1))) >> np.int32(16) & 0xFFFF)
+
+
 @njit(parallel=True, cache=True)
 def _pack_values(v, n_head, vb):
     """v (nk, H·hd) f32 into vb (H, wide/2, hd, 2) bf16, keys past nk zero."""
@@ -237,7 +279,7 @@ def _pack_values(v, n_head, vb):
         for e in range(2):
             j = 2 * t + e
             for c in range(HD):
-                vb[h, t, c, e] = to_bf16(v[j, h * HD + c]) if j < nk else np.uint16(0)
+                vb[h, t, c, e] = _bf16(v[j, h * HD + c]) if j < nk else np.uint16(0)
 
 
 def attention(be, q, k, v, out, n_head):

@@ -190,7 +190,8 @@ def test_int8_long_form_keeps_every_window(models, name):
     puts the text ("encoder") 0.07-0.4 nats above the timestamps (float32: 5.8), so last-bit
     rounding decides it (before the decoder's columns were equalised, model._column_scales,
     the margin was 0.003 nats, and OpenBLAS called per column block tipped it: the window was
-    skipped as silence)."""
+    skipped as silence; so did the encoder's blocked attention with its rows' totals summed in
+    float32 lanes rather than exactly, kernels/attention_blocked.py)."""
     m = models(name, "int8")
     g = FW["models"][name]["clips"]["espeak/en-63s.flac"]
     segments, _ = m.transcribe(audio("espeak/en-63s.flac", g["audio_sha256"]), language="en"
