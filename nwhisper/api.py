@@ -21,7 +21,8 @@ from .io.registry import DEFAULT_MODEL, load_checkpoint
 from .model import Whisper
 from .tokenizer import Tokenizer
 from .records import TranscribeOptions
-from .transcribe import Transcriber, transcribe_speech
+from .speech import transcribe_speech
+from .transcribe import Transcriber
 
 
 class WhisperModel:
@@ -82,7 +83,9 @@ class WhisperModel:
         this around text that looks made up: openai's option and rules), initial_prompt (text
         the first window is conditioned on), audio_ctx (encoder positions, whisper.cpp's option;
         fewer than the model's 30 s encode only audio_ctx · 20 ms, for audio that fits in it: a
-        live stream's drafts).
+        live stream's drafts), batch_size (> 1: faster-whisper's batched mode — the speech cut by
+        Silero into chunks of at most 30 s, each decoded as its own window with no previous
+        text, that many at once; greedy; timestamps and word timings kept).
         vad: transcribe only the speech, joined, with times on the recording's clock — True or
         "silero" (Silero VAD with faster-whisper's vad_filter options: threshold 0.5,
         min_silence 2000 ms, speech_pad 400 ms), "energy" (the energy detector), a detector
@@ -106,7 +109,10 @@ class WhisperModel:
             if not self.dims.is_multilingual and language != "en":
                 raise ValueError(f"this model is English-only; it cannot transcribe language '{language}'")
             opts = dataclasses.replace(opts, language=language)
-        if vad is not None and vad is not False:
+        if opts.batch_size > 1 and vad not in (None, False, True, "silero"):
+            raise ValueError("batch_size > 1 cuts the speech into chunks with Silero; vad cannot "
+                             f"be {vad!r} with it")
+        if vad is not None and vad is not False and opts.batch_size == 1:
             return transcribe_speech(self._transcriber, _samples(audio), opts, "silero" if vad is True else vad,
                                      progress, on_segments, cancelled)
         source = audio.astype(np.float32, copy=False) if isinstance(audio, np.ndarray) else Recording(audio)

@@ -221,30 +221,76 @@ class GreedyDecoder:
         return max(0, min(options.max_tokens, self.model.dims.n_text_ctx - len(prompt)))
 
     def _greedy(self, enc, options, prompt):
-        tok, model, be = self.tok, self.model, self.be
+        model = self.model
         limit = self.limit(options, prompt)
-        rules = TimestampRules(tok, self.n_vocab, options.max_initial_timestamp) if options.timestamps else None
-        state, last, nsp = start_window(model, tok, enc, prompt)
+        rules = self._rules(options)
+        state, last, nsp = start_window(model, self.tok, enc, prompt)
         result = DecodingResult(tokens=[], prompt=list(prompt), no_speech_prob=nsp)
-        whole = (0, tok.timestamp_begin, self.n_vocab, 0)    # no timestamps: any token, no rule 5
         while len(result.tokens) < limit:
-            first = not result.tokens
-            # the filters and the rules on the device, one (token, log-probability) back: the
-            # log-probability feeds avg_logprob (the no-speech skip, the fallback)
-            allowed = whole if rules is None else rules.ranges(result.tokens) + (1,)
-            be.write(self.rules, np.asarray(allowed, np.int32))
-            K.pick(be, last, self.mask(first, rules is not None), self.rules, tok.timestamp_begin,
-                   self.choice)
-            t, logprob = be.download(self.choice).tolist()
-            t = int(t)
-            result.sum_logprob += logprob
-            # t < 0: the filters left nothing (never on finite logits); its log-probability,
-            # -inf, makes avg_logprob -inf, so the window falls back to a higher temperature
-            if t == tok.eot or t < 0:
+            t = self._pick(last, result, rules)
+            if t is None:
                 break
-            result.tokens.append(t)
             last = model.decode(state, np.asarray([t], np.int32))
         return result
+
+    def decode_windows(self, encs, options: DecodingOptions, prompt=None):
+        """Greedy decoding of several windows at once (transcribe's batch_size): for each, the
+        result decode(enc, options) gives — its own prompt state, filters and rules — with
+        every step's products run on all the windows' rows together (Whisper.decode_batch,
+        the weights read once a step for all). A window that has ended rides along on
+        end-of-text until the last one ends."""
+        if options.temperature != 0 or (options.beam_size or 1) > 1:
+            raise ValueError("decode_windows decodes greedily: temperature 0, no beams")
+        tok, model = self.tok, self.model
+        if prompt is None:
+            prompt = build_prompt(tok, options, model.dims.is_multilingual)
+        limit = self.limit(options, prompt)
+        rules = self._rules(options)
+        states, results, ids, open_ = [], [], [], []
+        for enc in encs:     # each window's first token before the next prompt reuses the logits
+            state, last, nsp = start_window(model, tok, enc, prompt)
+            res = DecodingResult(tokens=[], prompt=list(prompt), no_speech_prob=nsp)
+            t = self._pick(last, res, rules) if limit > 0 else None
+            states.append(state)
+            results.append(res)
+            ids.append(tok.eot if t is None else t)
+            open_.append(t is not None and len(res.tokens) < limit)
+        batch = None
+        while any(open_):
+            batch = batch or model.new_window_batch(states)
+            logits = model.decode_batch(batch, np.asarray(ids, np.int32))
+            for b, res in enumerate(results):
+                t = self._pick(logits[b:b + 1], res, rules) if open_[b] else None
+                open_[b] = t is not None and len(res.tokens) < limit
+                ids[b] = tok.eot if t is None else t
+        for res in results:
+            res.temperature = options.temperature
+            res.text = tok.decode([t for t in res.tokens if t < tok.eot])
+        return results
+
+    def _rules(self, options):
+        return TimestampRules(self.tok, self.n_vocab, options.max_initial_timestamp) if options.timestamps else None
+
+    def _pick(self, last, result, rules):
+        """The next token of `result` from device logits `last` (1, n_vocab): the filters and
+        the rules on the device, one (token, log-probability) back — the log-probability feeds
+        avg_logprob (the no-speech skip, the fallback). Appended and returned; None at
+        end-of-text (not appended)."""
+        be, tok = self.be, self.tok
+        whole = (0, tok.timestamp_begin, self.n_vocab, 0)    # no timestamps: any token, no rule 5
+        allowed = whole if rules is None else rules.ranges(result.tokens) + (1,)
+        be.write(self.rules, np.asarray(allowed, np.int32))
+        K.pick(be, last, self.mask(not result.tokens, rules is not None), self.rules,
+               tok.timestamp_begin, self.choice)
+        t, logprob = be.download(self.choice).tolist()
+        t = int(t)
+        result.sum_logprob += logprob
+        # t < 0: the filters left nothing (never on finite logits); its log-probability, -inf,
+        # makes avg_logprob -inf, so the window falls back to a higher temperature
+        if t == tok.eot or t < 0:
+            return None
+        result.tokens.append(t)
+        return t
 
 
 def detect_language(model, tok, enc):

@@ -23,9 +23,9 @@ from __future__ import annotations
 import numpy as np
 
 from . import kernels as K
-from .backend import StepRecording
 from .kernels.attention import heads_int8
 from .io.checkpoint import Checkpoint
+from .decoder_state import BatchState, DecoderState
 from .records import Cancelled
 
 LN_EPS = 1e-5   # torch.nn.LayerNorm's default, which every Whisper was trained with
@@ -180,66 +180,6 @@ class Scratch:
         return self.be.scratch("model." + name, (rows, cols), dtype)
 
 
-class DecoderState:
-    """What the decoder remembers within one 30 s window.
-
-    `self_k/self_v`: per layer, the keys and values of every token decoded so far (fixed capacity
-    n_text_ctx, written at position `length`, so a step has one shape). `cross_k/cross_v`: per
-    layer, the encoder states projected by the cross-attention's key and value weights — the
-    encoder does not change while the window is decoded, so these are computed ONCE here rather
-    than recomputed for every token (that would be 2 · 1500 · d² multiply-adds per layer per token).
-    They come from `Whisper.cross_kv`, shared by every state of the same window.
-    """
-
-    def __init__(self, model, enc):
-        be, d = model.be, model.dims
-        n_ctx, width = d.n_text_ctx, d.n_text_state
-        self.length = 0
-        self.self_k = [be.empty((n_ctx, width), np.float32) for _ in model.dec_blocks]
-        self.self_v = [be.empty((n_ctx, width), np.float32) for _ in model.dec_blocks]
-        self.cross_k, self.cross_v = model.cross_kv(enc)
-        self.recording = StepRecording()    # a one-token step's launches, replayed (be.replay)
-
-
-class BatchState:
-    """B hypotheses of one window decoded side by side (beam search, best-of sampling).
-
-    Every row has its own self-attention KV cache (`self_k[layer]` is (B, n_ctx, width)) and all
-    share the window's cross K/V, so one step of B rows is one GEMM of B rows per projection —
-    the weights are read once for all hypotheses. Made from a one-row `DecoderState` that has
-    decoded the prompt: its cache is copied into every row (the prompt is decoded once).
-    `reorder(src)` makes row b continue hypothesis src[b] (beam search keeps, drops and
-    duplicates hypotheses every step)."""
-
-    def __init__(self, model, single: DecoderState, batch):
-        be, d = model.be, model.dims
-        n_ctx, width = d.n_text_ctx, d.n_text_state
-        self.be, self.batch, self.length = be, batch, single.length
-        self.cross_k, self.cross_v = single.cross_k, single.cross_v
-        self.self_k = [be.empty((batch, n_ctx, width), np.float32) for _ in model.dec_blocks]
-        self.self_v = [be.empty((batch, n_ctx, width), np.float32) for _ in model.dec_blocks]
-        self._spare_k = [be.empty((batch, n_ctx, width), np.float32) for _ in model.dec_blocks]
-        self._spare_v = [be.empty((batch, n_ctx, width), np.float32) for _ in model.dec_blocks]
-        n = single.length
-        for i in range(len(model.dec_blocks)):
-            for b in range(batch):
-                K.kv_write(be, self.self_k[i][b], 0, single.self_k[i][:n])
-                K.kv_write(be, self.self_v[i][b], 0, single.self_v[i][:n])
-
-    def reorder(self, src):
-        """Row b ← row src[b] (caches up to `length`); identity orders cost nothing."""
-        src = [int(s) for s in src]
-        if src == list(range(self.batch)):
-            return
-        n, be = self.length, self.be
-        for i in range(len(self.self_k)):
-            for b, s in enumerate(src):
-                K.kv_write(be, self._spare_k[i][b], 0, self.self_k[i][s][:n])
-                K.kv_write(be, self._spare_v[i][b], 0, self.self_v[i][s][:n])
-            self.self_k[i], self._spare_k[i] = self._spare_k[i], self.self_k[i]
-            self.self_v[i], self._spare_v[i] = self._spare_v[i], self.self_v[i]
-
-
 class Whisper:
     """A Whisper model's weights on a backend, with `encode` and `decode`.
 
@@ -253,8 +193,9 @@ class Whisper:
     states are never quantised: backend.weight_int8 says why). The encoder's products of 1500
     rows, and its attention scores, run on the CPU's int8 GEMM with the activations quantised
     per row (kernels/gemm_int8.py), or on f32 where it does not run. The cross-attention K/V
-    are int8 per key (kernels.attention.Int8Heads). The attention's product with the values
-    in the encoder, the convolutions and the normalisations stay f32."""
+    are int8 per key (kernels.attention.Int8Heads). The encoder's attention probabilities and
+    values are bfloat16 where the CPU has AVX-512 BF16 (kernels/attention_blocked.py), else f32;
+    the convolutions and the normalisations stay f32."""
 
     def __init__(self, ck: Checkpoint, be, compute_type="float32"):
         if compute_type not in COMPUTE_TYPES:
@@ -362,13 +303,18 @@ class Whisper:
 
     def new_batch(self, single, batch):
         """B rows continuing the one-row `single` state (which has decoded the prompt)."""
-        return BatchState(self, single, batch)
+        return BatchState(self, [single], batch)
+
+    def new_window_batch(self, singles):
+        """A row for each of the one-row states `singles`, each of its own window (their
+        prompts decoded, all as long)."""
+        return BatchState(self, singles)
 
     def decode_batch(self, state: BatchState, ids):
         """One token for each of the B rows of `state` (ids (B,) int32), all at position
         state.length → logits (B, n_vocab) on the device. The projections, the cross-attention
-        and the MLP run on the B rows together; only the self-attention is per row (each row
-        attends to its own cache)."""
+        and the MLP run on the B rows together; the self-attention is per row (each row
+        attends to its own cache), and the cross-attention too when the rows are windows."""
         be, d, s = self.be, self.dims, self.scratch
         ids = be.upload(np.asarray(ids, np.int32)) if isinstance(ids, (list, tuple, np.ndarray)) else ids
         n, width, pos = ids.shape[0], d.n_text_state, state.length
@@ -391,7 +337,7 @@ class Whisper:
                 K.attention(be, q[b:b + 1], state.self_k[i][b], state.self_v[i][b], a[b:b + 1],
                             d.n_text_head, n_keys=pos + 1)
             blk.attn.out.add_to(be, a, x)
-            self._cross_attention(blk, x, n, state, i)
+            self._cross_attention(blk, x, n, state, i, rows=state.row_cross)
             self._mlp(blk, x, n)
         hh = s.get("dh", n, width)
         self.dec_ln(be, x, hh)
@@ -483,14 +429,19 @@ class Whisper:
         kv_append and attention take whole (they read their columns)."""
         return blk.attn.qkv(self.be, x, self.scratch.get("qkv", n, 3 * x.shape[1]), ln=blk.attn_ln)
 
-    def _cross_attention(self, blk, x, n, state, i, weights=False):
+    def _cross_attention(self, blk, x, n, state, i, weights=False, rows=None):
         """x += out_proj(attention(LN(x)) over the window's cross K/V); returns the attention
-        probabilities (n_head, n, n_audio_ctx) when `weights`, else None."""
-        be, s, width = self.be, self.scratch, x.shape[1]
+        probabilities (n_head, n, n_audio_ctx) when `weights`, else None. rows: row b of x
+        attends to rows[b]'s K/V instead (a batch of windows: BatchState.row_cross)."""
+        be, s, width, heads = self.be, self.scratch, x.shape[1], self.dims.n_text_head
         q = blk.cross.q(be, x, s.get("q", n, width), ln=blk.cross_ln)
         a = s.get("a", n, width)
-        p = K.attention(be, q, state.cross_k[i], state.cross_v[i], a, self.dims.n_text_head,
-                        weights=weights)
+        if rows is None:
+            p = K.attention(be, q, state.cross_k[i], state.cross_v[i], a, heads, weights=weights)
+        else:
+            p = None
+            for b, (ks, vs) in enumerate(rows):
+                K.attention(be, q[b:b + 1], ks[i], vs[i], a[b:b + 1], heads, weights=False)
         blk.cross.out.add_to(be, a, x)
         return p
 

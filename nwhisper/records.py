@@ -64,6 +64,8 @@ class TranscribeOptions:
     audio_ctx: int | None = None                # encoder positions (whisper.cpp's audio_ctx):
                                                 # None = the model's (30 s); fewer encode only
                                                 # audio_ctx · 20 ms (short-form only)
+    batch_size: int = 1                         # > 1: the speech cut into chunks of ≤ 30 s, that many
+                                                # decoded at once (transcribe.Transcriber._batched)
     prepend_punctuations: str = "\"'“¿([{-"
     append_punctuations: str = "\"'.。,，!！?？:：”)]}、"
 
@@ -82,6 +84,14 @@ class TranscribeOptions:
             raise ValueError(f"beam_size must be at least 1, not {self.beam_size}")
         if self.best_of is not None and self.best_of < 1:
             raise ValueError(f"best_of must be at least 1, not {self.best_of}")
+        if not (isinstance(self.batch_size, int) and self.batch_size >= 1):
+            raise ValueError(f"batch_size must be a whole number ≥ 1, not {self.batch_size!r}")
+        if self.batch_size > 1:
+            if temps[0] != 0 or (self.beam_size or 1) > 1:
+                raise ValueError("batch_size > 1 decodes greedily: the first temperature 0, no beam_size")
+            if self.hallucination_silence_threshold is not None or self.audio_ctx is not None:
+                raise ValueError("batch_size > 1 decodes each chunk as one window: no "
+                                 "hallucination_silence_threshold, no audio_ctx")
         if self.hallucination_silence_threshold is not None:
             if not self.word_timestamps:
                 raise ValueError("hallucination_silence_threshold works on word timings: it needs "

@@ -30,6 +30,7 @@ from .io.audio import Recording, SampleWindow
 from .decoding import DecodingOptions, detect_language
 from .records import Cancelled, Segment, TranscribeOptions, TranscriptionInfo
 from .search import WindowDecoder
+from .speech import Clock, on_recording_clock
 from .timing import add_word_timestamps
 from .vad import regions
 
@@ -98,6 +99,11 @@ class Transcriber:
         opts = options or TranscribeOptions()
         if kw:
             opts = dataclasses.replace(opts, **kw)      # checked again by __post_init__
+        if opts.batch_size > 1:         # the speech is held, as with vad
+            samples = (np.concatenate(list(audio.pieces())) if isinstance(audio, Recording)
+                       else np.asarray(audio, np.float32))
+            chunks = self._batched(samples, opts, progress, on_segments, cancelled)
+            return chunks, next(chunks)
         if isinstance(audio, Recording):
             scan = _scan(audio, self.model.dims.n_mels)
             samples = scan.head if scan.n <= M.N_SAMPLES else None
@@ -126,17 +132,17 @@ class Transcriber:
             raise Cancelled()
 
     # ------------------------------------------------------------------ one window, with fallback
-    def _decode(self, enc, opts, lang, timestamps, prompt=()):
+    def _decode(self, enc, opts, lang, timestamps, prompt=(), first=None):
         """openai's decode_with_fallback: at each temperature, decode; fall back to the next when
         the text is too repetitive (compression ratio) or too improbable (avg log-prob) — unless
-        the model says the window is silence. All failing, the last result is kept."""
+        the model says the window is silence. All failing, the last result is kept. first: the
+        result at the first temperature, decoded already (a batch of windows, greedily)."""
         res = None
-        for t in opts.temperature:
-            d = DecodingOptions(task=opts.task, language=lang, max_tokens=opts.max_tokens,
-                                timestamps=timestamps, prompt=tuple(prompt), temperature=t,
-                                beam_size=opts.beam_size if t == 0 else None,
-                                best_of=opts.best_of if t > 0 else None, patience=opts.patience)
-            res = self.decoder.decode(enc, d)
+        for i, t in enumerate(opts.temperature):
+            if i == 0 and first is not None:
+                res = first
+            else:
+                res = self._decode_at(enc, opts, lang, timestamps, prompt, t)
             too_repetitive = (opts.compression_ratio_threshold is not None
                               and res.compression_ratio > opts.compression_ratio_threshold)
             too_improbable = (opts.logprob_threshold is not None and res.avg_logprob < opts.logprob_threshold)
@@ -146,6 +152,17 @@ class Transcriber:
             if not too_repetitive and not too_improbable:
                 break
         return res
+
+    def _decode_at(self, enc, opts, lang, timestamps, prompt, t):
+        return self.decoder.decode(enc, self._options(opts, lang, timestamps, prompt, t))
+
+    @staticmethod
+    def _options(opts, lang, timestamps, prompt, t):
+        """The DecodingOptions of a window decoded at temperature t."""
+        return DecodingOptions(task=opts.task, language=lang, max_tokens=opts.max_tokens,
+                               timestamps=timestamps, prompt=tuple(prompt), temperature=t,
+                               beam_size=opts.beam_size if t == 0 else None,
+                               best_of=opts.best_of if t > 0 else None, patience=opts.patience)
 
     def _initial_prompt(self, opts):
         """openai's initial_prompt: the tokens of ' ' + text, as if the audio before had said it."""
@@ -176,17 +193,28 @@ class Transcriber:
     # ------------------------------------------------------------------ the two conventions
     def _short_form(self, audio, duration, opts, on_segments=None, cancelled=None):
         n_frames = INPUT_STRIDE * opts.audio_ctx if opts.audio_ctx else self.n_frames
-        mel = M.log_mel(audio, self.model.dims.n_mels, n_frames)
-        enc = self.model.encode(mel, cancelled)
-        self._check(cancelled)
+        enc = self._encode(audio, n_frames, cancelled)
         lang, lang_p, probs = self._language(enc, opts.language)
         info = TranscriptionInfo(lang, lang_p, duration, probs)
-        timestamps = opts.timestamps
-        res = self._decode(enc, opts, lang, timestamps, self._initial_prompt(opts))
+        res = self._decode(enc, opts, lang, opts.timestamps, self._initial_prompt(opts))
+        segments = _numbered(self._window_segments(audio, duration, enc, res, opts, lang, n_frames))
+        if on_segments and segments:
+            on_segments(segments)
+        return segments, info
+
+    def _encode(self, audio, n_frames, cancelled=None):
+        """The encoder states of samples `audio` zero-padded to n_frames of log-mel."""
+        enc = self.model.encode(M.log_mel(audio, self.model.dims.n_mels, n_frames), cancelled)
+        self._check(cancelled)
+        return enc
+
+    def _window_segments(self, audio, duration, enc, res, opts, lang, n_frames):
+        """The segments of one short window `audio` of `duration` s decoded as `res` (none
+        when it is silence), with word timings when asked for; ids not yet numbered."""
         speech = functools.partial(regions.speech_regions, audio, regions.detector("energy"))
         if self._is_silence(res, opts, speech, (0, len(audio))):
-            return [], info
-        if timestamps:
+            return []
+        if opts.timestamps:
             segments = self._split(res, 0, 0.0, n_frames, 0)[0]
         else:
             segments = [self._segment(0, 0, 0.0, duration, res.tokens, res)]
@@ -194,10 +222,47 @@ class Transcriber:
         if opts.word_timestamps and segments:
             n_content = min(n_frames, len(audio) // M.HOP_LENGTH)
             add_word_timestamps(self, segments, enc, lang, opts, n_content, 0.0, 0.0)
-        segments = _numbered(segments)
-        if on_segments and segments:
-            on_segments(segments)
-        return segments, info
+        return segments
+
+    def _batched(self, samples, opts, progress=None, on_segments=None, cancelled=None):
+        """batch_size > 1: the speech (Silero) packed into chunks of at most 30 s
+        (regions.speech_chunks), each chunk's regions joined and decoded as its own short
+        window (no previous text), batch_size windows at a time (GreedyDecoder.decode_windows);
+        a window whose greedy text fails the fallback thresholds is decoded again alone at the
+        next temperatures, as it would be alone. Segment and word times are on the recording's
+        clock; progress(done_s, total_s) after each batch. Yields the TranscriptionInfo (the
+        language of the first chunk, unless given), then each chunk's segments."""
+        sr, n_frames = M.SAMPLE_RATE, self.n_frames
+        chunks = regions.speech_chunks(samples, regions.detector("silero"))
+        pad_s = regions.SILERO.speech_pad_ms / 1000
+        pieces = [(np.concatenate([samples[a:b] for a, b in c]), Clock(c, sr, pad_s)) for c in chunks]
+        info = TranscriptionInfo(opts.language or "en", 1.0, len(samples) / sr)
+        info.speech_regions = [(round(a / sr, 3), round(b / sr, 3)) for c in chunks for a, b in c]
+        info.duration_after_vad = sum(len(x) for x, _ in pieces) / sr
+        lang, prompt, n = None, self._initial_prompt(opts), 0
+        for g in range(0, len(pieces), opts.batch_size):
+            group = pieces[g:g + opts.batch_size]
+            encs = [self._encode(x, n_frames, cancelled) for x, _ in group]
+            if lang is None:
+                lang, lang_p, probs = self._language(encs[0], opts.language)
+                info.language, info.language_probability, info.all_language_probs = lang, lang_p, probs
+                yield info
+            greedy = self._options(opts, lang, opts.timestamps, prompt, opts.temperature[0])
+            results = self.decoder.decode_windows(encs, greedy)
+            for (x, clock), enc, res in zip(group, encs, results):
+                res = self._decode(enc, opts, lang, opts.timestamps, prompt, first=res)
+                segments = self._window_segments(x, len(x) / sr, enc, res, opts, lang, n_frames)
+                for s in segments:
+                    n += 1
+                    s.id = n
+                segments = list(on_recording_clock(segments, clock))
+                if on_segments and segments:
+                    on_segments(segments)
+                yield from segments
+            if progress:
+                progress(round(chunks[g + len(group) - 1][-1][1] / sr, 3), len(samples) / sr)
+        if lang is None:
+            yield info
 
     def _long_form(self, rec, scan, opts, progress=None, on_segments=None, cancelled=None):
         """A generator: first the TranscriptionInfo (once the first window is encoded), then
@@ -382,79 +447,3 @@ def _skip_hallucinations(segs, threshold, seek, size, n_frames, content, single_
                 return next_seek, segs[:i]
         last_end = s.end
     return next_seek, segs
-
-
-# ---------------------------------------------------------------------------------------------
-# --vad: transcribe only the speech, on the recording's clock
-
-
-class _Clock:
-    """Maps times in the concatenated speech back to the recording: chunk k of the speech
-    starts at `joined[k]` seconds there and at `orig[k]` seconds in the recording. `pad_s`:
-    the context the regions were padded with on each side."""
-
-    def __init__(self, spans, sr, pad_s):
-        self.orig = np.array([a / sr for a, _ in spans])
-        lengths = np.array([(b - a) / sr for a, b in spans])
-        self.joined = np.concatenate([[0.0], np.cumsum(lengths)[:-1]]) if len(spans) else np.zeros(0)
-        self.lengths = lengths
-        self.min_overlap = 2 * pad_s + 0.2
-
-    def span(self, a, b):
-        """[a, b] of the joined speech on the recording's clock. A piece that only grazes a
-        region (a timestamp a little before a junction) is not stretched over the silence
-        between: the span is cut to the regions it covers by ≥ min_overlap s (more than the
-        padding on both sides of a junction), or to the one it covers most."""
-        ends = self.joined + self.lengths
-        over = np.minimum(b, ends) - np.maximum(a, self.joined)
-        keep = np.nonzero(over >= min(self.min_overlap, max(over.max(), 0.0)))[0]
-        if len(keep) == 0:
-            return self(a), self(b, end=True)
-        k0, k1 = int(keep[0]), int(keep[-1])
-        a = min(max(a, self.joined[k0]), ends[k0])
-        b = max(min(b, ends[k1]), self.joined[k1])
-        return self(a), self(b, end=True)
-
-    def __call__(self, t, end=False):
-        # an end time exactly at a junction belongs to the region before it
-        k = np.searchsorted(self.joined, t, side="left" if end else "right") - 1
-        k = int(min(max(k, 0), len(self.joined) - 1))
-        return round(float(self.orig[k] + min(t - self.joined[k], self.lengths[k])), 3)
-
-
-def transcribe_speech(tr, samples, opts, vad="silero", progress=None, on_segments=None, cancelled=None):
-    """Transcribe only the speech regions of `samples`, joined end to end (as faster-whisper's
-    vad_filter does); segment and word times mapped back to the recording's clock. Speech that
-    straddles a 30 s window boundary stays whole: windows advance by the last complete
-    timestamp, as without VAD.
-    vad: 'silero' (faster-whisper's vad_filter options) or 'energy' (nwhisper.vad.regions),
-    a detector (chunk → p(speech), with reset()), or a function (samples, sr) → [(start, end)]."""
-    sr = M.SAMPLE_RATE
-    if isinstance(vad, str):
-        vad = regions.detector(vad)
-    if callable(vad) and hasattr(vad, "reset"):
-        opts_vad = regions.options_for(vad)
-        found = regions.speech_regions(samples, vad, opts_vad, sr)
-    elif callable(vad):
-        opts_vad, found = regions.SILERO, vad(samples, sr)
-    else:
-        raise ValueError(f"vad must be 'silero', 'energy', a detector or a regions function, not {vad!r}")
-    duration = len(samples) / sr
-    if not found:
-        info = TranscriptionInfo(opts.language or "en", 1.0, duration)
-        info.duration_after_vad, info.speech_regions = 0.0, []
-        return iter(()), info
-    joined = np.concatenate([samples[a:b] for a, b in found])
-    clock = _Clock(found, sr, opts_vad.speech_pad_ms / 1000)
-    segs, info = tr.transcribe(joined, opts, progress=progress, on_segments=on_segments, cancelled=cancelled)
-    info.duration, info.duration_after_vad = duration, len(joined) / sr
-    info.speech_regions = [(round(a / sr, 3), round(b / sr, 3)) for a, b in found]
-    return _on_recording_clock(segs, clock), info
-
-
-def _on_recording_clock(segments, clock):
-    for s in segments:
-        s.start, s.end = clock.span(s.start, s.end)
-        for w in s.words or []:
-            w.start, w.end = clock.span(w.start, w.end)
-        yield s

@@ -120,6 +120,9 @@ class _Progress:
               help="transcribe only the speech, found by Silero VAD (bare --vad: silero, with faster-whisper's "
                    "vad_filter options) or the energy detector; times stay on the recording's clock. "
                    "Put it after AUDIO, or give its value: --vad AUDIO reads AUDIO as the detector")
+@click.option("--batch-size", type=click.IntRange(1, 64), default=1, show_default=True,
+              help="N > 1: cut the speech (Silero) into chunks of at most 30 s and decode N at once "
+                   "(faster-whisper's batched mode: each chunk its own window, no previous text; greedy)")
 @click.option("--no-condition", is_flag=True, help="do not give the previous window's text as the prompt")
 @click.option("--prompt", default=None, help="text the first window is conditioned on (names, spelling, style)")
 @click.option("-f", "--format", "fmt", type=click.Choice(["txt", "srt", "vtt", "json", "tsv", "all"]), default=None,
@@ -129,8 +132,8 @@ class _Progress:
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
 @compute_type_option
 def transcribe(args, lang, task, max_tokens, timestamps, nospeech, beam, best_of, temperature,
-               word_timestamps, hallucination_s, vad, no_condition, prompt, fmt, output_dir, device,
-               compute_type):
+               word_timestamps, hallucination_s, vad, batch_size, no_condition, prompt, fmt, output_dir,
+               device, compute_type):
     """Transcribe AUDIO files with MODEL (a name or path; default tiny.en)."""
     from .. import writers
     from ..api import load
@@ -150,7 +153,8 @@ def transcribe(args, lang, task, max_tokens, timestamps, nospeech, beam, best_of
                     timestamps=timestamps or (fmt not in (None, "txt")) or word_timestamps,
                     no_speech_threshold=nospeech, beam_size=beam, best_of=best_of, temperature=temps,
                     word_timestamps=word_timestamps, hallucination_silence_threshold=hallucination_s, vad=vad,
-                    condition_on_previous_text=not no_condition, initial_prompt=prompt, progress=bar)
+                    condition_on_previous_text=not no_condition, initial_prompt=prompt, batch_size=batch_size,
+                    progress=bar)
                 if fmt is not None:
                     paths = writers.write(segments, info, f, fmt, output_dir)
                     bar.close()

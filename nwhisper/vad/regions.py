@@ -153,3 +153,31 @@ def speech_regions(samples, det=None, opts=None, sr=SAMPLE_RATE):
     det = det if det is not None else detector("silero")
     opts = opts if opts is not None else options_for(det)
     return regions_from_probs(chunk_probs(samples, det), len(samples), opts, sr)
+
+
+def speech_chunks(samples, det=None, opts=None, max_s=30.0, sr=SAMPLE_RATE):
+    """The speech of `samples` packed into chunks for windows decoded side by side (transcribe's
+    batch_size, as faster-whisper's BatchedInferencePipeline cuts them): each chunk a list of
+    speech regions [(start, end)] in samples, in order, whose joined length is at most `max_s`.
+    A region longer than that is cut at its least speech-like 512-sample chunk in the last
+    third before the limit (the silence between two sentences rather than a word)."""
+    det = det if det is not None else detector("silero")
+    opts = opts if opts is not None else options_for(det)
+    probs = chunk_probs(samples, det)
+    limit = int(max_s * sr) // CHUNK * CHUNK
+    pieces = []
+    for a, b in regions_from_probs(probs, len(samples), opts, sr):
+        while b - a > limit:
+            lo, hi = (a + limit * 2 // 3) // CHUNK + 1, (a + limit) // CHUNK
+            cut = CHUNK * (lo + int(np.argmin(probs[lo:hi])))
+            pieces.append((a, cut))
+            a = cut
+        pieces.append((a, b))
+    chunks, length = [], 0
+    for a, b in pieces:
+        if not chunks or length + (b - a) > limit:
+            chunks.append([])
+            length = 0
+        chunks[-1].append((a, b))
+        length += b - a
+    return chunks

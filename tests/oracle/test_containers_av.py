@@ -90,7 +90,7 @@ def test_fuzzed_containers_decode_or_refuse(name, cut, flips):
 
 def test_the_server_takes_m4a_and_webm_uploads(tmp_path):
     """POST /v1/audio/transcriptions with the official client: the same text as the WAV."""
-    from test_server import Server
+    from server_process import Server
 
     s = Server(str(tmp_path), "formats", "tiny.en").wait()
     try:

@@ -9,7 +9,8 @@ import pytest
 
 from nwhisper import timing
 from nwhisper.records import TranscribeOptions, Word
-from nwhisper.transcribe import _Clock, _is_anomaly, _word_anomaly
+from nwhisper.speech import Clock
+from nwhisper.transcribe import _is_anomaly, _word_anomaly
 
 
 def monotone_paths(n, m):
@@ -59,7 +60,7 @@ def test_punctuation_merges_into_its_word(words, want):
 def test_the_vad_clock_maps_joined_speech_back_to_the_recording():
     sr = 16000
     spans = [(2 * sr, 5 * sr), (10 * sr, 12 * sr), (20 * sr, 21 * sr)]    # 3 s, 2 s, 1 s of speech
-    clock = _Clock(spans, sr, pad_s=0.0)
+    clock = Clock(spans, sr, pad_s=0.0)
     assert clock(0.0) == 2.0 and clock(1.5) == 3.5 and clock(3.5) == 10.5 and clock(5.25) == 20.25
     assert clock(3.0) == 10.0 and clock(3.0, end=True) == 5.0          # a junction: the end belongs before
     # a span that only grazes the next region (< 0.2 s of it) is not stretched over the silence

@@ -1,0 +1,121 @@
+"""Windows decoded together (GreedyDecoder.decode_windows, Whisper.decode_batch over a batch of
+windows) against the same windows decoded one at a time, the path the other oracle tests hold
+to Hugging Face and faster-whisper: token for token, and every step's log-probability equal."""
+
+import numpy as np
+import pytest
+from fixture_audio import MODELS, audio
+
+from nwhisper import mel as M
+from nwhisper.decoding import DecodingOptions
+
+# Clips of speech, noise and silence: windows that end after a few tokens and after many
+CLIPS = ["jfk.wav", "forever.wav", "cards/001.wav", "espeak/en-11s.flac",
+         "librivox/sense_and_sensibility_01_austen_64kb-0870.flac", "chan3.wav"]
+
+
+def windows(m):
+    """Encoder states of each clip's first 30 s and of a second of silence."""
+    clips = [audio(c)[:M.N_SAMPLES] for c in CLIPS] + [np.zeros(16000, np.float32)]
+    return [m.model.encode(M.log_mel(x, m.dims.n_mels, 2 * m.dims.n_audio_ctx)) for x in clips]
+
+
+@pytest.mark.parametrize("name", MODELS)
+@pytest.mark.parametrize("compute_type", ["float32", "int8"])
+@pytest.mark.parametrize("timestamps", [False, True])
+def test_windows_decoded_together_equal_one_at_a_time(models, name, compute_type, timestamps):
+    m = models(name, compute_type)
+    decoder = m._transcriber.decoder
+    options = DecodingOptions(language="en" if m.dims.is_multilingual else None, timestamps=timestamps)
+    encs = windows(m)
+    alone = [decoder.decode(enc, options) for enc in encs]
+    together = decoder.decode_windows(encs, options)
+    assert len({len(r.tokens) for r in alone}) > 1, "the windows should end at different steps"
+    for clip, a, t in zip(CLIPS + ["silence"], alone, together):
+        assert t.tokens == a.tokens, f"{clip}: {t.text!r} together, {a.text!r} alone"
+        assert (t.sum_logprob, t.no_speech_prob, t.text) == (a.sum_logprob, a.no_speech_prob, a.text), clip
+
+
+def test_decode_windows_refuses_what_it_does_not_do(models):
+    m = models("tiny.en")
+    decoder = m._transcriber.decoder
+    enc = windows(m)[:1]
+    with pytest.raises(ValueError, match="greedily"):
+        decoder.decode_windows(enc, DecodingOptions(temperature=0.4))
+    with pytest.raises(ValueError, match="greedily"):
+        decoder.decode_windows(enc, DecodingOptions(beam_size=3))
+
+
+def speech_with_pauses():
+    """Fixture speech with pauses between the clips (2.5 s: the Silero chunks' closing
+    silence is 2 s) and one clip over 30 s: about 110 s."""
+    gap = np.zeros(40000, np.float32)
+    parts = []
+    for c in ["jfk.wav", "espeak/en-63s.flac", "forever.wav", "cards/001.wav",
+              "librivox/sense_and_sensibility_01_austen_64kb-0870.flac", "cards/003.wav"]:
+        parts += [audio(c), gap]
+    return np.concatenate(parts)
+
+
+@pytest.mark.parametrize("name,compute_type,timestamps,words", [
+    ("tiny.en", "float32", False, False), ("base", "float32", True, True), ("tiny.en", "int8", True, False)])
+def test_transcribe_batched_equals_each_chunk_alone(models, name, compute_type, timestamps, words):
+    """transcribe(batch_size=4): every chunk of the speech (regions.speech_chunks: Silero, at
+    most 30 s each, the clip over 30 s cut in two) gives the segments — tokens, text, times on
+    the recording's clock, word timings — that transcribing that chunk's joined speech alone
+    gives; the speech of every clip is in it."""
+    from nwhisper import speech
+    from nwhisper.vad import regions
+
+    m = models(name, compute_type)
+    x = speech_with_pauses()
+    lang = {"language": "en"} if m.dims.is_multilingual else {}
+    lang["word_timestamps"] = words
+    segments, info = m.transcribe(x, batch_size=4, timestamps=timestamps, **lang)
+    together = list(segments)
+    chunks = regions.speech_chunks(x)
+    pieces = [r for c in chunks for r in c]
+    assert len(chunks) >= 4 and max(len(c) for c in chunks) > 1        # chunks of several regions
+    assert all(sum(b - a for a, b in c) <= 30 * 16000 for c in chunks)
+    assert any(b == a2 for (_, b), (a2, _) in zip(pieces, pieces[1:]))  # the 63 s region cut
+    alone = []
+    for c in chunks:
+        clock = speech.Clock(c, 16000, regions.SILERO.speech_pad_ms / 1000)
+        segs, _ = m.transcribe(np.concatenate([x[a:b] for a, b in c]), timestamps=timestamps, **lang)
+        alone += list(speech.on_recording_clock(list(segs), clock))
+    def seen(segments):
+        return [(s.tokens, s.text, s.start, s.end, [(w.word, w.start, w.end) for w in s.words or []])
+                for s in segments]
+    assert seen(together) == seen(alone)
+    assert all(s.words for s in together) == words
+    assert [s.id for s in together] == list(range(1, len(together) + 1))
+    text = " ".join(s.text for s in together).lower()
+    for heard in ("ask not what your country", "go on forever", "nothing here needs", "dashwood"):
+        assert heard in text, heard
+    assert info.language == "en" and 0 < info.duration_after_vad < info.duration
+
+
+def test_batch_size_options_are_checked(models):
+    m = models("tiny.en")
+    x = audio("jfk.wav")
+    for bad, match in [({"batch_size": 0}, "batch_size"), ({"batch_size": 2, "beam_size": 3}, "greedily"),
+                       ({"batch_size": 2, "temperature": 0.5}, "greedily"),
+                       ({"batch_size": 2, "audio_ctx": 500}, "one window")]:
+        with pytest.raises(ValueError, match=match):
+            m.transcribe(x, **bad)
+    with pytest.raises(ValueError, match="Silero"):
+        m.transcribe(x, batch_size=2, vad="energy")
+
+
+def test_the_command_takes_batch_size():
+    """`nwhisper transcribe --batch-size 4 --timestamps`: the batched segments on stdout, on the
+    recording's clock, as the Python call gives them."""
+    from click.testing import CliRunner
+
+    from nwhisper.cli.main import cli
+    from paths import fixture
+
+    r = CliRunner().invoke(cli, ["transcribe", fixture("espeak/en-63s.flac"), "--batch-size", "4", "--timestamps"])
+    assert r.exit_code == 0, r.output
+    lines = r.output.strip().splitlines()
+    assert len(lines) >= 2 and lines[0].startswith("[00:00.") and "nothing here needs" in r.output.lower()
