@@ -18,7 +18,8 @@ a warm-up run on the first minute, then the whole recording, timed.
                       its own VAD chunks, without timestamps (its default)
 
 WER = word edits / reference words (lower case, punctuation dropped; "Mr." and "mister" differ,
-so no system reaches 0). Ratios are against fw-batched: < 1 means faster than it.
+so no system reaches 0); each system's text is kept in --work. Ratios are against fw-batched:
+< 1 means faster than it.
 """
 
 from __future__ import annotations
@@ -126,6 +127,8 @@ def main():
             base = res["fw-batched"]["s"]
             for s in SYSTEMS:
                 r = res[s]
+                with open(os.path.join(a.work, f"{model}-{compute}-{s}.txt"), "w") as f:
+                    f.write(r["text"])
                 wer = word_edits(r["text"], ref) / n_ref
                 print(f"{model:8} {compute:8} {s:17} {r['s']:7.1f} {seconds / r['s']:7.1f} {r['s'] / base:7.2f} "
                       f"{wer:6.3f} {r['load_s']:6.2f}", flush=True)

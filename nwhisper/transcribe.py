@@ -227,12 +227,15 @@ class Transcriber:
     def _batched(self, samples, opts, progress=None, on_segments=None, cancelled=None):
         """batch_size > 1: the speech (Silero) packed into chunks of at most 30 s
         (regions.speech_chunks), each chunk's regions joined and decoded as its own short
-        window (no previous text), batch_size windows at a time (GreedyDecoder.decode_windows);
-        a window whose greedy text fails the fallback thresholds is decoded again alone at the
-        next temperatures, as it would be alone. Segment and word times are on the recording's
+        window (no previous text), batch_size windows at a time (GreedyDecoder.decode_windows),
+        with timestamp tokens whether or not they are printed (as the long form: a full window
+        decoded with <|notimestamps|> can stop after a few words); a window whose greedy text
+        fails the fallback thresholds is decoded again alone at the next temperatures, as it
+        would be alone. Segment and word times are on the recording's
         clock; progress(done_s, total_s) after each batch. Yields the TranscriptionInfo (the
         language of the first chunk, unless given), then each chunk's segments."""
         sr, n_frames = M.SAMPLE_RATE, self.n_frames
+        opts = dataclasses.replace(opts, timestamps=True)   # printed or not, as the long form
         chunks = regions.speech_chunks(samples, regions.detector("silero"))
         pad_s = regions.SILERO.speech_pad_ms / 1000
         pieces = [(np.concatenate([samples[a:b] for a, b in c]), Clock(c, sr, pad_s)) for c in chunks]

@@ -63,7 +63,8 @@ def test_transcribe_batched_equals_each_chunk_alone(models, name, compute_type, 
     """transcribe(batch_size=4): every chunk of the speech (regions.speech_chunks: Silero, at
     most 30 s each, the clip over 30 s cut in two) gives the segments — tokens, text, times on
     the recording's clock, word timings — that transcribing that chunk's joined speech alone
-    gives; the speech of every clip is in it."""
+    with timestamps gives (the batched mode decodes timestamp tokens whether or not they are
+    asked for, as the long form does); the speech of every clip is in it."""
     from nwhisper import speech
     from nwhisper.vad import regions
 
@@ -81,7 +82,7 @@ def test_transcribe_batched_equals_each_chunk_alone(models, name, compute_type, 
     alone = []
     for c in chunks:
         clock = speech.Clock(c, 16000, regions.SILERO.speech_pad_ms / 1000)
-        segs, _ = m.transcribe(np.concatenate([x[a:b] for a, b in c]), timestamps=timestamps, **lang)
+        segs, _ = m.transcribe(np.concatenate([x[a:b] for a, b in c]), timestamps=True, **lang)
         alone += list(speech.on_recording_clock(list(segs), clock))
     def seen(segments):
         return [(s.tokens, s.text, s.start, s.end, [(w.word, w.start, w.end) for w in s.words or []])
