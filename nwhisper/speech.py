@@ -2,7 +2,7 @@
 
 transcribe_speech (vad): the speech regions joined end to end and transcribed as one recording
 (faster-whisper's vad_filter). Clock maps times in joined speech back to the recording; the
-batched mode's chunks (transcribe.Transcriber._batched) use it too.
+batched mode's chunks (transcribe.Transcriber._batched) use it too, and speech_after.
 """
 
 from __future__ import annotations
@@ -84,3 +84,10 @@ def on_recording_clock(segments, clock):
         for w in s.words or []:
             w.start, w.end = clock.span(w.start, w.end)
         yield s
+
+
+def speech_after(spans, clock, t, sr=M.SAMPLE_RATE):
+    """The regions [(start, end)] (recording samples) of joined speech `spans` from its time t
+    on (clock: their Clock): the rest of a chunk that a window left undecoded."""
+    cut = int(round(clock(t) * sr))
+    return [(max(a, cut), b) for a, b in spans if b > cut]

@@ -20,6 +20,7 @@ transcribed window by window. Two conventions, each chosen to match a reference 
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import functools
 
@@ -30,7 +31,7 @@ from .io.audio import Recording, SampleWindow
 from .decoding import DecodingOptions, detect_language
 from .records import Cancelled, Segment, TranscribeOptions, TranscriptionInfo
 from .search import WindowDecoder
-from .speech import Clock, on_recording_clock
+from .speech import Clock, on_recording_clock, speech_after
 from .timing import add_word_timestamps
 from .vad import regions
 
@@ -38,6 +39,7 @@ INPUT_STRIDE = 2                  # mel frames per encoder position (conv2 has s
 TIME_PER_TOKEN = 0.02             # seconds per timestamp step: HOP · INPUT_STRIDE / SAMPLE_RATE
 FRAME_SECONDS = M.HOP_LENGTH / M.SAMPLE_RATE   # 10 ms
 FRAMES_PER_SECOND = M.SAMPLE_RATE // M.HOP_LENGTH   # 100 (seconds → frames as openai rounds them)
+REST_S = 1.0   # s of a batched window's speech left after its last segment that is decoded again
 
 
 @dataclasses.dataclass
@@ -231,39 +233,55 @@ class Transcriber:
         with timestamp tokens whether or not they are printed (as the long form: a full window
         decoded with <|notimestamps|> can stop after a few words); a window whose greedy text
         fails the fallback thresholds is decoded again alone at the next temperatures, as it
-        would be alone. Segment and word times are on the recording's
-        clock; progress(done_s, total_s) after each batch. Yields the TranscriptionInfo (the
-        language of the first chunk, unless given), then each chunk's segments."""
+        would be alone. Where a window's last segment ends more than REST_S before its speech
+        does (the model ended early: a chunk joins unrelated answers), the rest of its speech
+        is queued as a window of its own, as the long form would seek on. Segment and word
+        times are on the recording's clock, in order; progress(done_s, total_s) after each
+        batch. Yields the TranscriptionInfo (the language of the first window, unless given),
+        then the segments."""
         sr, n_frames = M.SAMPLE_RATE, self.n_frames
         opts = dataclasses.replace(opts, timestamps=True)   # printed or not, as the long form
         chunks = regions.speech_chunks(samples, regions.detector("silero"))
         pad_s = regions.SILERO.speech_pad_ms / 1000
-        pieces = [(np.concatenate([samples[a:b] for a, b in c]), Clock(c, sr, pad_s)) for c in chunks]
         info = TranscriptionInfo(opts.language or "en", 1.0, len(samples) / sr)
         info.speech_regions = [(round(a / sr, 3), round(b / sr, 3)) for c in chunks for a, b in c]
-        info.duration_after_vad = sum(len(x) for x, _ in pieces) / sr
+        info.duration_after_vad = sum(b - a for c in chunks for a, b in c) / sr
+        queue = collections.deque(((i,), c) for i, c in enumerate(chunks))
+        waiting, done = {key for key, _ in queue}, {}   # windows not yet decoded; decoded ones
         lang, prompt, n = None, self._initial_prompt(opts), 0
-        for g in range(0, len(pieces), opts.batch_size):
-            group = pieces[g:g + opts.batch_size]
-            encs = [self._encode(x, n_frames, cancelled) for x, _ in group]
+        while queue:
+            group = [queue.popleft() for _ in range(min(opts.batch_size, len(queue)))]
+            windows = [(np.concatenate([samples[a:b] for a, b in c]), Clock(c, sr, pad_s)) for _, c in group]
+            encs = [self._encode(x, n_frames, cancelled) for x, _ in windows]
             if lang is None:
                 lang, lang_p, probs = self._language(encs[0], opts.language)
                 info.language, info.language_probability, info.all_language_probs = lang, lang_p, probs
                 yield info
             greedy = self._options(opts, lang, opts.timestamps, prompt, opts.temperature[0])
             results = self.decoder.decode_windows(encs, greedy)
-            for (x, clock), enc, res in zip(group, encs, results):
+            rests = []
+            for (key, spans), (x, clock), enc, res in zip(group, windows, encs, results):
                 res = self._decode(enc, opts, lang, opts.timestamps, prompt, first=res)
                 segments = self._window_segments(x, len(x) / sr, enc, res, opts, lang, n_frames)
+                if segments and len(x) / sr - segments[-1].end > REST_S:
+                    rest = speech_after(spans, clock, segments[-1].end)
+                    if sum(b - a for a, b in rest) > REST_S * sr:
+                        rests.append((key + (1,), rest))
+                        waiting.add(key + (1,))
+                done[key] = list(on_recording_clock(segments, clock))
+                waiting.discard(key)
+            queue.extendleft(reversed(rests))
+            for key in sorted(k for k in done if not waiting or k < min(waiting)):
+                segments = done.pop(key)
                 for s in segments:
                     n += 1
                     s.id = n
-                segments = list(on_recording_clock(segments, clock))
                 if on_segments and segments:
                     on_segments(segments)
                 yield from segments
             if progress:
-                progress(round(chunks[g + len(group) - 1][-1][1] / sr, 3), len(samples) / sr)
+                ahead = min((c[0][0] for k, c in queue), default=len(samples))
+                progress(round(ahead / sr, 3), len(samples) / sr)
         if lang is None:
             yield info
 

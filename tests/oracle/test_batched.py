@@ -64,8 +64,11 @@ def test_transcribe_batched_equals_each_chunk_alone(models, name, compute_type, 
     most 30 s each, the clip over 30 s cut in two) gives the segments — tokens, text, times on
     the recording's clock, word timings — that transcribing that chunk's joined speech alone
     with timestamps gives (the batched mode decodes timestamp tokens whether or not they are
-    asked for, as the long form does); the speech of every clip is in it."""
+    asked for, as the long form does), followed, where that window ended over REST_S before
+    its speech did, by the rest of its speech transcribed the same way; the speech of every
+    clip is in it."""
     from nwhisper import speech
+    from nwhisper import transcribe as T
     from nwhisper.vad import regions
 
     m = models(name, compute_type)
@@ -79,11 +82,24 @@ def test_transcribe_batched_equals_each_chunk_alone(models, name, compute_type, 
     assert len(chunks) >= 4 and max(len(c) for c in chunks) > 1        # chunks of several regions
     assert all(sum(b - a for a, b in c) <= 30 * 16000 for c in chunks)
     assert any(b == a2 for (_, b), (a2, _) in zip(pieces, pieces[1:]))  # the 63 s region cut
-    alone = []
-    for c in chunks:
-        clock = speech.Clock(c, 16000, regions.SILERO.speech_pad_ms / 1000)
-        segs, _ = m.transcribe(np.concatenate([x[a:b] for a, b in c]), timestamps=True, **lang)
-        alone += list(speech.on_recording_clock(list(segs), clock))
+    rests = []
+
+    def by_itself(spans):     # a window transcribed alone, then the rest it left, as the batch does
+        clock = speech.Clock(spans, 16000, regions.SILERO.speech_pad_ms / 1000)
+        y = np.concatenate([x[a:b] for a, b in spans])
+        segs = list(m.transcribe(y, timestamps=True, **lang)[0])
+        rest = []
+        if segs and len(y) / 16000 - segs[-1].end > T.REST_S:
+            rest = speech.speech_after(spans, clock, segs[-1].end)
+        segs = list(speech.on_recording_clock(segs, clock))
+        if sum(b - a for a, b in rest) > T.REST_S * 16000:
+            rests.append(rest)
+            segs += by_itself(rest)
+        return segs
+    alone = [s for c in chunks for s in by_itself(c)]
+    print(f"{len(chunks)} chunks, {len(rests)} rests decoded again: {rests}")
+    assert rests, "no window left speech to decode again: that path went untested"
+
     def seen(segments):
         return [(s.tokens, s.text, s.start, s.end, [(w.word, w.start, w.end) for w in s.words or []])
                 for s in segments]
