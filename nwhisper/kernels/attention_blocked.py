@@ -38,6 +38,7 @@ from numba.core import config
 from numba.extending import intrinsic
 
 from nwhisper.kernels import gemm_int8
+from nwhisper.kernels import llvm_ir as L
 from nwhisper.kernels.matmul import quantize_int8
 from nwhisper.kernels.vecmath import _float_bits, from_key, order_key
 
@@ -71,61 +72,23 @@ def _values_tile(typingctx, p_addr, ldp, v_addr, k2, out_addr, ldo, rows, inv_ad
         v16, f16x = ir.VectorType(i32, 16), ir.VectorType(f32, 16)
         vecs = HD // 16
         # LLVM's own signature takes <32 x bfloat>; the <16 x i32> form is upgraded on parsing.
-        name = "llvm.x86.avx512bf16.dpbf16ps.512"
-        dot = builder.module.globals.get(name) or ir.Function(
-            builder.module, ir.FunctionType(f16x, [f16x, v16, v16]), name)
+        dot = L.declare(builder, "llvm.x86.avx512bf16.dpbf16ps.512", f16x, [f16x, v16, v16])
         c = lambda v: ir.Constant(i64, v)  # noqa: E731
         ptr = lambda addr, t: builder.inttoptr(addr, t.as_pointer())  # noqa: E731
 
-        def vec(base, at, t):
-            return builder.bitcast(builder.gep(base, [at]), t.as_pointer())
+        sums = L.broadcast_tile(builder, dot, ir.Constant(f16x, None), ptr(p_addr, i8), ldp,
+                                ptr(v_addr, i8), k2, 4 * HD, ROWS, vecs, "values")
 
-        def splat(value, t):
-            one = builder.insert_element(ir.Constant(t, ir.Undefined), value, ir.Constant(i32, 0))
-            return builder.shuffle_vector(one, ir.Constant(t, ir.Undefined), ir.Constant(v16, None))
-
-        p_p, v_p = ptr(p_addr, i8), ptr(v_addr, i8)
-        zero = ir.Constant(f16x, None)
-        entry = builder.block
-        loop = builder.append_basic_block("values.loop")
-        done = builder.append_basic_block("values.done")
-        builder.cbranch(builder.icmp_signed(">", k2, c(0)), loop, done)
-
-        builder.position_at_end(loop)
-        t = builder.phi(i64)
-        t.add_incoming(c(0), entry)
-        acc = [builder.phi(f16x) for _ in range(ROWS * vecs)]
-        for a in acc:
-            a.add_incoming(zero, entry)
-        pair = builder.mul(t, c(4 * HD))
-        v = [builder.load(vec(v_p, builder.add(pair, c(64 * j)), v16), align=1) for j in range(vecs)]
-        new = []
-        for r in range(ROWS):
-            at = builder.add(builder.mul(c(r), ldp), builder.mul(t, c(4)))
-            two = builder.load(builder.bitcast(builder.gep(p_p, [at]), i32.as_pointer()), align=1)
-            p2 = splat(two, v16)
-            new += [builder.call(dot, [acc[r * vecs + j], p2, v[j]]) for j in range(vecs)]
-        t_next = builder.add(t, c(1))
-        t.add_incoming(t_next, loop)
-        for a, n in zip(acc, new):
-            a.add_incoming(n, loop)
-        builder.cbranch(builder.icmp_signed("<", t_next, k2), loop, done)
-
-        builder.position_at_end(done)
-        sums = [builder.phi(f16x) for _ in range(ROWS * vecs)]
-        for i, s in enumerate(sums):
-            s.add_incoming(zero, entry)
-            s.add_incoming(new[i], loop)
         out_p, inv_p = ptr(out_addr, f32), ptr(inv_addr, f32)
         end = builder.append_basic_block("values.end")
         for r in range(ROWS):   # rows past `rows` (a block's last tile) are not stored
             store = builder.append_basic_block(f"values.row{r}")
             builder.cbranch(builder.icmp_signed("<", c(r), rows), store, end)
             builder.position_at_end(store)
-            inv = splat(builder.load(builder.gep(inv_p, [c(r)])), f16x)
+            inv = L.splat(builder, builder.load(builder.gep(inv_p, [c(r)])), f16x)
             for j in range(vecs):
                 at = builder.add(builder.mul(c(r), ldo), c(16 * j))
-                builder.store(builder.fmul(sums[r * vecs + j], inv), vec(out_p, at, f16x), align=4)
+                builder.store(builder.fmul(sums[r * vecs + j], inv), L.vector_at(builder, out_p, at, f16x), align=4)
         builder.branch(end)
         builder.position_at_end(end)
         return context.get_dummy_value()
@@ -148,32 +111,18 @@ def _exp_row(typingctx, s_addr, n, top, p_addr):
         s_addr, n, top, p_addr = args
         i16, i32, i64, f32 = ir.IntType(16), ir.IntType(32), ir.IntType(64), ir.FloatType()
         vf, vi, vh = ir.VectorType(f32, 16), ir.VectorType(i32, 16), ir.VectorType(i16, 16)
-        v8f, v8q = ir.VectorType(f32, 8), ir.VectorType(i64, 8)
-
-        def fn(name, ret, params):
-            return builder.module.globals.get(name) or ir.Function(
-                builder.module, ir.FunctionType(ret, params), name)
-        fma = fn("llvm.fma.v16f32", vf, [vf, vf, vf])
-        floor = fn("llvm.floor.v16f32", vf, [vf])
-        vmax = fn("llvm.maxnum.v16f32", vf, [vf, vf])
-        to_bf16 = fn("llvm.x86.avx512bf16.cvtneps2bf16.512", vh, [vf])   # upgraded as above
-        c = lambda v: ir.Constant(i64, v)  # noqa: E731
+        v8q = ir.VectorType(i64, 8)
+        fma = L.declare(builder, "llvm.fma.v16f32", vf, [vf, vf, vf])
+        floor = L.declare(builder, "llvm.floor.v16f32", vf, [vf])
+        vmax = L.declare(builder, "llvm.maxnum.v16f32", vf, [vf, vf])
+        to_bf16 = L.declare(builder, "llvm.x86.avx512bf16.cvtneps2bf16.512", vh, [vf])  # upgraded as above
         fv = lambda v: ir.Constant(vf, [v] * 16)  # noqa: E731
         iv = lambda v: ir.Constant(vi, [v] * 16)  # noqa: E731
-        one = builder.insert_element(ir.Constant(vf, ir.Undefined), top, ir.Constant(i32, 0))
-        tops = builder.shuffle_vector(one, ir.Constant(vf, ir.Undefined), ir.Constant(vi, None))
+        tops = L.splat(builder, top, vf)
         s_p, p_p = builder.inttoptr(s_addr, f32.as_pointer()), builder.inttoptr(p_addr, i16.as_pointer())
-        entry = builder.block
-        loop = builder.append_basic_block("exp.loop")
-        done = builder.append_basic_block("exp.done")
-        builder.cbranch(builder.icmp_signed(">", n, c(0)), loop, done)
 
-        builder.position_at_end(loop)
-        j = builder.phi(i64)
-        j.add_incoming(c(0), entry)
-        acc = builder.phi(v8q)
-        acc.add_incoming(ir.Constant(v8q, None), entry)
-        x = builder.load(builder.bitcast(builder.gep(s_p, [j]), vf.as_pointer()), align=4)
+        j, (acc,), close = L.counted_loop(builder, n, 16, [ir.Constant(v8q, None)], "exp")
+        x = builder.load(L.vector_at(builder, s_p, j, vf), align=4)
         t = builder.call(vmax, [builder.fmul(builder.fsub(x, tops), fv(1.4426950408889634)), fv(-127.0)])
         whole = builder.call(floor, [t])
         f = builder.fsub(t, whole)
@@ -182,20 +131,12 @@ def _exp_row(typingctx, s_addr, n, top, p_addr):
         poly = builder.call(fma, [poly, f, fv(1.0)])
         exponent = builder.shl(builder.add(builder.fptosi(whole, vi), iv(127)), iv(23))  # -127: 0.0
         b = builder.call(to_bf16, [builder.fmul(poly, builder.bitcast(exponent, vf))])
-        builder.store(b, builder.bitcast(builder.gep(p_p, [j]), vh.as_pointer()), align=2)
+        builder.store(b, L.vector_at(builder, p_p, j, vh), align=2)
         fixed = builder.fmul(builder.bitcast(builder.shl(builder.zext(b, vi), iv(16)), vf), fv(FIXED))
         halves = [builder.fptosi(builder.shuffle_vector(fixed, fixed, ir.Constant(ir.VectorType(i32, 8), list(range(h, h + 8)))), v8q)
                   for h in (0, 8)]
-        acc_next = builder.add(acc, builder.add(halves[0], halves[1]))
-        j_next = builder.add(j, c(16))
-        j.add_incoming(j_next, loop)
-        acc.add_incoming(acc_next, loop)
-        builder.cbranch(builder.icmp_signed("<", j_next, n), loop, done)
+        lanes, = close([builder.add(acc, builder.add(halves[0], halves[1]))])
 
-        builder.position_at_end(done)
-        lanes = builder.phi(v8q)
-        lanes.add_incoming(ir.Constant(v8q, None), entry)
-        lanes.add_incoming(acc_next, loop)
         total = ir.Constant(i64, 0)
         for lane in range(8):
             total = builder.add(total, builder.extract_element(lanes, ir.Constant(i32, lane)))

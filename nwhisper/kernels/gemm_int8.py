@@ -33,6 +33,8 @@ from numba import njit, prange, types
 from numba.core import config
 from numba.extending import intrinsic
 
+from nwhisper.kernels import llvm_ir as L
+
 ROWS = 4        # rows of x per micro-tile
 VECS = 4        # 16-lane vectors of output columns per micro-tile: 64 columns
 COLS = 16 * VECS
@@ -65,67 +67,29 @@ def _tile(typingctx, x_addr, ldx, w_addr, k4, out_addr, ldo, rows, sx_addr, shif
         x_addr, ldx, w_addr, k4, out_addr, ldo, rows, sx_addr, shift_addr, sw_addr, bias_addr = args
         i8, i32, i64, f32 = ir.IntType(8), ir.IntType(32), ir.IntType(64), ir.FloatType()
         v16, f16x = ir.VectorType(i32, 16), ir.VectorType(f32, 16)
-        name = "llvm.x86.avx512.vpdpbusd.512"
-        dot = builder.module.globals.get(name) or ir.Function(
-            builder.module, ir.FunctionType(v16, [v16, v16, v16]), name)
+        dot = L.declare(builder, "llvm.x86.avx512.vpdpbusd.512", v16, [v16, v16, v16])
         c = lambda v: ir.Constant(i64, v)  # noqa: E731
         ptr = lambda addr, t: builder.inttoptr(addr, t.as_pointer())  # noqa: E731
 
-        def vec(base, at, t):  # a 16-lane vector at element offset `at` of pointer `base`
-            return builder.bitcast(builder.gep(base, [at]), t.as_pointer())
+        sums = L.broadcast_tile(builder, dot, ir.Constant(v16, None), ptr(x_addr, i8), ldx,
+                                ptr(w_addr, i8), k4, 4 * COLS, ROWS, VECS, "tile")
 
-        def splat(value, t):
-            one = builder.insert_element(ir.Constant(t, ir.Undefined), value, ir.Constant(i32, 0))
-            return builder.shuffle_vector(one, ir.Constant(t, ir.Undefined), ir.Constant(v16, None))
-
-        x_p, w_p = ptr(x_addr, i8), ptr(w_addr, i8)
-        zero = ir.Constant(v16, None)
-        entry = builder.block
-        loop = builder.append_basic_block("tile.loop")
-        done = builder.append_basic_block("tile.done")
-        builder.cbranch(builder.icmp_signed(">", k4, c(0)), loop, done)
-
-        builder.position_at_end(loop)
-        k = builder.phi(i64)
-        k.add_incoming(c(0), entry)
-        acc = [builder.phi(v16) for _ in range(ROWS * VECS)]
-        for a in acc:
-            a.add_incoming(zero, entry)
-        panel = builder.mul(k, c(4 * COLS))
-        w = [builder.load(vec(w_p, builder.add(panel, c(64 * j)), v16), align=1) for j in range(VECS)]
-        new = []
-        for r in range(ROWS):
-            at = builder.add(builder.mul(c(r), ldx), builder.mul(k, c(4)))
-            four = builder.load(builder.bitcast(builder.gep(x_p, [at]), i32.as_pointer()), align=1)
-            x4 = splat(four, v16)
-            new += [builder.call(dot, [acc[r * VECS + j], x4, w[j]]) for j in range(VECS)]
-        k_next = builder.add(k, c(1))
-        k.add_incoming(k_next, loop)
-        for a, v in zip(acc, new):
-            a.add_incoming(v, loop)
-        builder.cbranch(builder.icmp_signed("<", k_next, k4), loop, done)
-
-        builder.position_at_end(done)
-        sums = [builder.phi(v16) for _ in range(ROWS * VECS)]   # phis first: LLVM's rule
-        for t, v in enumerate(sums):
-            v.add_incoming(zero, entry)
-            v.add_incoming(new[t], loop)
         shift_p, sw_p, bias_p = ptr(shift_addr, i32), ptr(sw_addr, f32), ptr(bias_addr, f32)
-        shift = [builder.load(vec(shift_p, c(16 * j), v16), align=4) for j in range(VECS)]
-        sw = [builder.load(vec(sw_p, c(16 * j), f16x), align=4) for j in range(VECS)]
-        bias = [builder.load(vec(bias_p, c(16 * j), f16x), align=4) for j in range(VECS)]
+        shift = [builder.load(L.vector_at(builder, shift_p, c(16 * j), v16), align=4) for j in range(VECS)]
+        sw = [builder.load(L.vector_at(builder, sw_p, c(16 * j), f16x), align=4) for j in range(VECS)]
+        bias = [builder.load(L.vector_at(builder, bias_p, c(16 * j), f16x), align=4) for j in range(VECS)]
         out_p, sx_p = ptr(out_addr, f32), ptr(sx_addr, f32)
         end = builder.append_basic_block("tile.end")
         for r in range(ROWS):   # rows past `rows` (the last tile of an odd count) are not stored
             store = builder.append_basic_block(f"tile.row{r}")
             builder.cbranch(builder.icmp_signed("<", c(r), rows), store, end)
             builder.position_at_end(store)
-            sx = splat(builder.load(builder.gep(sx_p, [c(r)])), f16x)
+            sx = L.splat(builder, builder.load(builder.gep(sx_p, [c(r)])), f16x)
             for j in range(VECS):
                 v = builder.sitofp(builder.sub(sums[r * VECS + j], shift[j]), f16x)
                 v = builder.fadd(builder.fmul(v, builder.fmul(sx, sw[j])), bias[j])
                 at = builder.add(builder.mul(c(r), ldo), c(16 * j))
-                builder.store(v, vec(out_p, at, f16x), align=4)
+                builder.store(v, L.vector_at(builder, out_p, at, f16x), align=4)
         builder.branch(end)
         builder.position_at_end(end)
         return context.get_dummy_value()

@@ -1,0 +1,78 @@
+"""What the CPU's vector intrinsics (gemm_int8, attention_blocked) build their LLVM IR from.
+
+Numba has no vector types, so the few loops that need them are written as LLVM IR in Numba
+intrinsics; these are the pieces they share: a broadcast, a vector load's address, and a
+counted loop carrying values (accumulators) from one iteration to the next.
+"""
+
+from llvmlite import ir
+
+I32, I64 = ir.IntType(32), ir.IntType(64)
+
+
+def splat(builder, value, t):
+    """`value` in every lane of vector type t."""
+    one = builder.insert_element(ir.Constant(t, ir.Undefined), value, ir.Constant(I32, 0))
+    lanes = ir.Constant(ir.VectorType(I32, t.count), None)
+    return builder.shuffle_vector(one, ir.Constant(t, ir.Undefined), lanes)
+
+
+def vector_at(builder, base, at, t):
+    """A pointer to a vector of type t at element offset `at` of pointer `base`."""
+    return builder.bitcast(builder.gep(base, [at]), t.as_pointer())
+
+
+def counted_loop(builder, n, step, inits, name):
+    """Begin `for i in range(0, n, step)` (i64 n) carrying values that start as `inits`: returns
+    (i, the carried values, close). The body is built after it in one block; close(new) ends it
+    with the values the next iteration carries and returns them as they leave the loop (the
+    inits when n <= 0), the builder positioned after it."""
+    entry = builder.block
+    loop = builder.append_basic_block(name + ".loop")
+    done = builder.append_basic_block(name + ".done")
+    builder.cbranch(builder.icmp_signed(">", n, ir.Constant(I64, 0)), loop, done)
+    builder.position_at_end(loop)
+    i = builder.phi(I64)
+    i.add_incoming(ir.Constant(I64, 0), entry)
+    carried = [builder.phi(v.type) for v in inits]
+    for phi, v in zip(carried, inits):
+        phi.add_incoming(v, entry)
+
+    def close(new):
+        i_next = builder.add(i, ir.Constant(I64, step))
+        i.add_incoming(i_next, loop)
+        for phi, v in zip(carried, new):
+            phi.add_incoming(v, loop)
+        builder.cbranch(builder.icmp_signed("<", i_next, n), loop, done)
+        builder.position_at_end(done)
+        out = [builder.phi(v.type) for v in inits]    # phis first: LLVM's rule
+        for phi, v0, v in zip(out, inits, new):
+            phi.add_incoming(v0, entry)
+            phi.add_incoming(v, loop)
+        return out
+
+    return i, carried, close
+
+
+def declare(builder, name, ret, params):
+    """The function `name` (an LLVM intrinsic) in the builder's module, declared once."""
+    return builder.module.globals.get(name) or ir.Function(builder.module, ir.FunctionType(ret, params), name)
+
+
+def broadcast_tile(builder, dot, zero, a, lda, b, n, b_step, rows, vecs, name):
+    """The loop of a GEMM micro-tile of `rows` × `vecs` vectors, as vpdpbusd and vdpbf16ps
+    take it: for k < n, each row's 4 bytes at a + r·lda + 4k broadcast, times each of the `vecs`
+    64-byte vectors at b + k·b_step, summed by `dot(acc, a4, b)` into accumulators starting at
+    `zero`. a, b: i8 pointers; lda: i64 bytes. Returns the sums, row-major."""
+    i32v = ir.VectorType(I32, 16)
+    k, acc, close = counted_loop(builder, n, 1, [zero] * (rows * vecs), name)
+    at_k = builder.mul(k, ir.Constant(I64, b_step))
+    bv = [builder.load(vector_at(builder, b, builder.add(at_k, ir.Constant(I64, 64 * j)), i32v), align=1)
+          for j in range(vecs)]
+    new = []
+    for r in range(rows):
+        at = builder.add(builder.mul(ir.Constant(I64, r), lda), builder.mul(k, ir.Constant(I64, 4)))
+        four = builder.load(builder.bitcast(builder.gep(a, [at]), I32.as_pointer()), align=1)
+        a4 = splat(builder, four, i32v)
+        new += [builder.call(dot, [acc[r * vecs + j], a4, bv[j]]) for j in range(vecs)]
+    return close(new)
