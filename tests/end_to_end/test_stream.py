@@ -31,6 +31,9 @@ from nwhisper.server.client import stream
 TOKEN = "stream-token"
 SR = 16000
 ANSWERS = ["cards/001.wav", "cards/003.wav", "cards/002.wav", "cards/004.wav"]
+# "start" events let the client stop once every utterance it saw start has its final; without
+# them it can only wait out its linger (the test of a client with no config must)
+EVENTS = {"events": True}
 LEAD_S, GAP_S = 1.0, 1.6
 
 
@@ -144,7 +147,7 @@ def test_finals_equal_transcribe_of_their_span(main, model, fmt, rate, pace, par
 def test_a_client_that_sends_no_config_gets_finals(main, model):
     x = audio("jfk.wav")
     x = np.concatenate([np.zeros(SR // 2, np.float32), x, np.zeros(SR, np.float32)])
-    r = run(stream(ws(main), x, pace=0, linger=20))
+    r = run(stream(ws(main), x, pace=0, linger=8))   # no events: it waits out its linger
     assert r.config_answer is None and not r.errors
     assert not r.of("partial") and not r.of("start") and not r.of("level")
     finals = check_finals(r, model, SR, [(0.5, 11.5)])
@@ -153,7 +156,7 @@ def test_a_client_that_sends_no_config_gets_finals(main, model):
 
 def test_levels_once_a_second(main):
     x, _ = scene(ANSWERS[:1])
-    r = run(stream(ws(main), x, config={"levels": True}, pace=0, linger=5))
+    r = run(stream(ws(main), x, config={"levels": True, **EVENTS}, pace=0, linger=5))
     levels = r.of("level")
     assert len(levels) == len(x) // 512 // (1000 // 32), len(levels)   # a level per 31 chunks
     assert set(levels[0]) == {"type", "noise_db", "speech_db", "snr_db", "p_noise", "pause_ms", "threshold"}
@@ -266,7 +269,7 @@ def test_bad_input_is_named_and_the_stream_goes_on(main, model):
     # the server went on serving, and a stream after all that transcribes as before
     assert health(main)["status"] == "ok"
     x = np.concatenate([np.zeros(SR // 2, np.float32), audio("jfk.wav"), np.zeros(SR, np.float32)])
-    r = run(stream(ws(main), x, pace=0, linger=20))
+    r = run(stream(ws(main), x, config=EVENTS, pace=0, linger=20))
     assert "ask not what your country can do for you" in words(r.finals)
 
 
@@ -314,7 +317,7 @@ def test_the_token_guards_the_stream(main, token, status, why):
 
 def test_the_token_as_a_header_and_the_root_route(main):
     x = np.concatenate([np.zeros(SR // 2, np.float32), audio("cards/001.wav"), np.zeros(SR, np.float32)])
-    r = run(stream(ws(main, "/", token=None), x, token=TOKEN, pace=0, linger=20))
+    r = run(stream(ws(main, "/", token=None), x, token=TOKEN, config=EVENTS, pace=0, linger=20))
     assert "10 of" in words(r.finals)         # cards/001: "ten of clubs", as tiny.en writes it
     with urllib.request.urlopen(main.url + "/", timeout=10) as page:    # a plain GET: the page
         assert b"<title>nwhisper</title>" in page.read()
@@ -406,7 +409,8 @@ def test_wss_under_tls(tmp_path):
     try:
         assert server.url.startswith("https://")
         x, _ = scene(ANSWERS[:1], lead=0.5, tail=1.0)
-        r = run(stream(server.url.replace("https", "wss", 1) + "/stream", x, pace=0, linger=20))
+        r = run(stream(server.url.replace("https", "wss", 1) + "/stream", x, config=EVENTS, pace=0,
+                       linger=20))
     finally:
         server.stop()
     assert "10 of" in words(r.finals), r.messages

@@ -349,6 +349,7 @@ def simulate(signatures_path, gpu=False, share=None):
     for name, case, inputs in CASES:
         if not claimed(share, name):
             continue
+        start = time.perf_counter()
         want = case(cpu, *inputs)
         got = case(sim, *inputs)
         diff = max(float(np.max(np.abs(g.astype(np.float64) - w) / np.maximum(1.0, np.abs(w))))
@@ -357,7 +358,8 @@ def simulate(signatures_path, gpu=False, share=None):
         report["cases"][name] = diff
         if not ok:
             report["failed"].append(name)
-        print(f"CASE {name} maxdiff={diff:.3g} {'ok' if ok else 'FAILED'}", flush=True)
+        print(f"CASE {name} maxdiff={diff:.3g} {'ok' if ok else 'FAILED'} "
+              f"{time.perf_counter() - start:.1f} s", flush=True)
     report["seconds"] = round(time.perf_counter() - t0, 2)
     report["bodies"] = sorted(signatures)
     if signatures_path:
