@@ -14,6 +14,21 @@ from nwhisper.kernels.matmul import Int8Weight, quantize_int8
 from nwhisper.backend.base import Backend
 
 
+_ENTRIES = {}   # CpuBackend._entry's choices, by (dispatcher, its arguments' _signature)
+
+
+def _signature(fn, a):
+    """What Numba types argument `a` by, cheaply: an array's type, dtype, dimensions, layout
+    and flags (numba's typeof reads no more of it), a scalar's Python type; anything else as
+    Numba types it."""
+    if isinstance(a, np.ndarray):
+        f = a.flags
+        return type(a), a.dtype, a.ndim, f.c_contiguous, f.f_contiguous, f.writeable, f.aligned
+    if isinstance(a, (bool, np.generic)) or (isinstance(a, (int, float)) and abs(a) < 2 ** 62):
+        return type(a)
+    return fn.typeof_pyval(a)
+
+
 class CpuBackend(Backend):
     """Kernels as Numba parallel loops over NumPy arrays; GEMMs on BLAS."""
 
@@ -164,12 +179,17 @@ class CpuBackend(Backend):
         chose for these arguments, called directly -- a replay's arguments never change type,
         so typing them and finding the overload again on every call would be wasted. `fn` itself
         where it is not a dispatcher (NumPy, blas.gemm) or chose by converting the arguments
-        (no overload of their exact types)."""
+        (no overload of their exact types). Remembered by the arguments' _signature: Numba's
+        typing of a step's ~80 calls cost 3 ms, at every window's recording."""
         overloads = getattr(fn, "overloads", None)
         if overloads is None:
             return fn
-        compiled = overloads.get(tuple(fn.typeof_pyval(a) for a in args))
-        return fn if compiled is None else compiled.entry_point
+        key = (fn, tuple(_signature(fn, a) for a in args))
+        entry = _ENTRIES.get(key)
+        if entry is None:
+            compiled = overloads.get(tuple(fn.typeof_pyval(a) for a in args))
+            entry = _ENTRIES[key] = fn if compiled is None else compiled.entry_point
+        return entry
 
     @staticmethod
     def _play(tape):
