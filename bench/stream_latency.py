@@ -35,7 +35,8 @@ The load run (its own server, --connections 9): eight streams of the quiet room 
 back to back, for --load-s seconds
 (loopback; it stops by itself). It prints finals received against answers sent, latency
 percentiles across all streams, the server's queue waits by priority (/health queue_wait_ms:
-a final never waits behind a draft that came after it), and the server's RSS before and after.
+a final never waits behind a draft that came after it), and the server's RSS before, every 10 s
+and after.
 """
 
 from __future__ import annotations
@@ -227,9 +228,15 @@ def load_run(url, pid, path, truth, seconds, pause, load_s):
                 ok = EXPECT in json.loads(r.read())["text"]
             http.append((time.perf_counter() - t0, ok))
 
-    rss0 = rss_mb(pid)
+    rss = [rss_mb(pid)]
+
+    def sampler():            # the server's RSS every 10 s: does it level off?
+        while not stop.wait(10):
+            rss.append(rss_mb(pid))
+
     th = threading.Thread(target=poster, daemon=True)
     th.start()
+    threading.Thread(target=sampler, daemon=True).start()
 
     async def all_streams():
         ws = url.replace("http", "ws", 1) + "/stream"
@@ -241,7 +248,7 @@ def load_run(url, pid, path, truth, seconds, pause, load_s):
     results = asyncio.run(all_streams())
     stop.set()
     th.join(600)
-    rss1 = rss_mb(pid)
+    rss.append(rss_mb(pid))
     lat, got, counts = [], 0, {}
     for r in results:
         finals = [(m.at, m.msg) for m in r.messages if m.msg.get("type") == "final"]
@@ -250,7 +257,7 @@ def load_run(url, pid, path, truth, seconds, pause, load_s):
         got += len(finals)
         counts = {k: counts.get(k, 0) + v for k, v in c.items()}
     return {"answers": 8 * len(spans), "counts": counts, "finals": got, "lat": lat, "http": http,
-            "rss": (rss0, rss1), "waits": health(url)["queue_wait_ms"],
+            "rss": rss, "waits": health(url)["queue_wait_ms"],
             "errors": sum(len(r.errors) for r in results)}
 
 
@@ -309,7 +316,7 @@ def main():
         if ht:
             print(f"HTTP /inference during it: {len(ht)} requests, all right: {all(ok for _, ok in r['http'])}, "
                   f"p50 {pct(ht, 50):.2f} s, max {max(ht):.2f} s")
-        print(f"server RSS: {r['rss'][0]:.0f} MB before, {r['rss'][1]:.0f} MB after")
+        print(f"server RSS MB, before, every 10 s and after: {' '.join(f'{v:.0f}' for v in r['rss'])}")
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ import math
 import numpy as np
 
 from nwhisper.kernels._compile import kernel
+from nwhisper.kernels.vecmath import from_key, order_key
 from nwhisper.kernels.widen import widen
 
 @kernel
@@ -72,10 +73,11 @@ def quantize_row(o, w, columns, q, scale):
     n = w.shape[1]
     equalised = columns.shape[0] > 0
     row = w[o]
-    top = np.float32(0.0)
+    top = order_key(np.float32(0.0))   # max|w'| as integer keys: it vectorises
     for c in range(n):
-        v = abs(widen(row[c]) * columns[c] if equalised else widen(row[c]))
-        top = v if v > top else top
+        k = order_key(abs(widen(row[c]) * columns[c] if equalised else widen(row[c])))
+        top = k if k > top else top
+    top = from_key(top)
     s = top / np.float32(127.0) if top > np.float32(0.0) else np.float32(1.0)
     scale[o] = s
     for c in range(n):
