@@ -127,8 +127,8 @@ if SYSTEM.startswith("nwhisper"):
         model = m.model
         enc0, dec0 = model.encode, model.decode
 
-        def encode(mel):
-            t = time.perf_counter(); r = enc0(mel); enc_t.append(tock(t)); return r
+        def encode(mel, *args, **kw):
+            t = time.perf_counter(); r = enc0(mel, *args, **kw); enc_t.append(tock(t)); return r
 
         def decode(state, ids, **kw):
             t = time.perf_counter(); r = dec0(state, ids, **kw)
