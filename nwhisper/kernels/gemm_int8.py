@@ -136,7 +136,7 @@ def quantize_rows(x, xq, sx):
         if m >= m_rows:
             xq[m, :] = 0
             continue
-        top = order_key(np.float32(0.0))   # max|x| as integer keys: it vectorises (4.5x)
+        top = order_key(np.float32(0.0))   # max|x| as integer keys: it vectorises
         for c in range(k):
             key = order_key(abs(x[m, c]))
             top = key if key > top else top
