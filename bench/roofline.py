@@ -15,6 +15,9 @@ set before NumPy loads its BLAS). Limits:
   bandwidth    GB/s of a read of a 512 MiB float32 array, far beyond the last-level cache, on
                THREADS threads (np.max over pieces of it); a copy (np.copyto, read + write
                counted) beside it
+  hardware     the CPU's own float32 FMA rate (bench/peak.py: clock × lanes × units, timed on
+               loops of nothing but FMAs), and its int8 (VNNI) and bfloat16 rates; an encoder's
+               "% fma" is its FLOPs over the float32 one on THREADS threads
 On a busy machine the short products win the most quiet moments: read the limits with the load
 average printed beside them.
 
@@ -64,6 +67,8 @@ os.environ.update({k: str(THREADS) for k in THREAD_VARS})    # before NumPy load
 os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
 
 import numpy as np  # noqa: E402
+
+import peak as hardware  # noqa: E402
 
 MIB = 1 << 20
 SQUARES = (1024, 2048)
@@ -190,7 +195,9 @@ def main():
     rates = machine_sgemm(products, args.repeat, timed)
     peak = max(r for _, r in rates)
     read, copy = bandwidth(args.repeat, timed)
+    hw = hardware.measure()
     print(f"roofline, {THREADS} threads, load average {la:.2f} at start")
+    print(hardware.describe(hw))
     print(f"sgemm peak {peak:.0f} GFLOP/s, the best of these (np.matmul float32, GFLOP/s, best of "
           f"{args.repeat}): " + ", ".join(f"{label} {r:.0f}" for label, r in rates))
     print(f"memory bandwidth: read {read:.1f} GB/s ({THREADS} threads, {STREAM_BYTES // MIB} MiB), "
@@ -206,7 +213,8 @@ def main():
             model = m.model if ct == "float32" else nwhisper.load(name, device="cpu", compute_type=ct).model
             enc = model.encode(mel)
             s = timed(lambda: model.encode(mel), args.repeat)
-            enc_rows.append(f"{name:8} {ct:8} {gflop:7.1f} {s:8.3f} {gflop / s:8.1f} {gflop / s / peak:7.0%}")
+            enc_rows.append(f"{name:8} {ct:8} {gflop:7.1f} {s:8.3f} {gflop / s:8.1f} {gflop / s / peak:7.0%}"
+                            f" {gflop / s / hw['float32'][2]:7.0%}")
             ms, state = step_ms(model, enc, args.position)
             parts = decoder_bytes(model, state, args.position)
             total = sum(parts.values())
@@ -214,7 +222,7 @@ def main():
             dec_rows.append(f"{name:8} {ct:8}" + "".join(f"{b / 1e6:13.1f}" for b in parts.values())
                             + f"{total / 1e6:10.1f} {bound:9.2f} {ms:8.2f} {ms / bound:6.2f}")
     print(f"encoder, one 30 s window (best of {args.repeat}; target >= 70 % of the sgemm peak)")
-    print(f"{'model':8} {'compute':8} {'GFLOP':>7} {'s':>8} {'GFLOP/s':>8} {'% peak':>7}")
+    print(f"{'model':8} {'compute':8} {'GFLOP':>7} {'s':>8} {'GFLOP/s':>8} {'% sgemm':>7} {'% fma':>7}")
     print("\n".join(enc_rows))
     print(f"decoder, one token at position ~{args.position} (median of {STEPS} steps; bound = "
           "bytes / read bandwidth; target: ratio <= 2)")
