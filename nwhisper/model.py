@@ -170,6 +170,18 @@ class _Block:
         self.fc2 = _Linear(be, ck, prefix + ".fc2", store=store)
 
 
+def _blocks(ck, be, side, n, store):
+    """The n blocks of the encoder or decoder `side`, each layer's file pages let go once it is
+    converted (Checkpoint.release_pages): a large model's file and its converted matrices are
+    never resident together."""
+    blocks = []
+    for i in range(n):
+        prefix = f"model.{side}.layers.{i}"
+        blocks.append(_Block(be, ck, prefix, cross=side == "decoder", store=store))
+        ck.release_pages(prefix + ".")
+    return blocks
+
+
 class Scratch:
     """Activation buffers reused across calls: the backend's scratch (Backend.scratch), under
     names of the model's. A decode step of one token and a prompt of four use the same memory,
@@ -211,8 +223,7 @@ class Whisper:
         self.conv2_w = be.upload(_host(ck["model.encoder.conv2.weight"]))
         self.conv2_b = be.upload(_host(ck["model.encoder.conv2.bias"]))
         self.enc_pos = be.upload(_host(ck["model.encoder.embed_positions.weight"]))
-        self.enc_blocks = [_Block(be, ck, f"model.encoder.layers.{i}", cross=False,
-                                  store="int8" if int8 else "full") for i in range(d.n_audio_layer)]
+        self.enc_blocks = _blocks(ck, be, "encoder", d.n_audio_layer, "int8" if int8 else "full")
         self.enc_ln = _LayerNorm(be, ck, "model.encoder.layer_norm")
         emb = ck["model.decoder.embed_tokens.weight"]
         emb = _host(emb, emb.dtype)    # one host copy (where the mapped tensor is unaligned)
@@ -227,8 +238,7 @@ class Whisper:
             c = _column_scales(emb)
             self.out_proj = be.weight_int8(emb, quantized_rows=False, columns=c)
         self.dec_pos = be.upload(_host(ck["model.decoder.embed_positions.weight"]))
-        self.dec_blocks = [_Block(be, ck, f"model.decoder.layers.{i}", cross=True,
-                                  store="int8-gemv" if int8 else "gemv") for i in range(d.n_text_layer)]
+        self.dec_blocks = _blocks(ck, be, "decoder", d.n_text_layer, "int8-gemv" if int8 else "gemv")
         self.dec_ln = _LayerNorm(be, ck, "model.decoder.layer_norm", c)
         # Each layer's cross-attention k and v weights stacked, [k; v]: a window's cross K/V are
         # one (1500, 2·d) product a layer (k_proj has no bias: zeros in its rows).
@@ -237,6 +247,7 @@ class Whisper:
             w, b = _stacked(ck, [(f"model.decoder.layers.{i}.encoder_attn.{proj}", proj == "v_proj")
                                  for proj in ("k_proj", "v_proj")])
             self.cross_kv_w.append(((be.weight_int8 if int8 else be.weight)(_host(w)), be.upload(b)))
+            ck.release_pages(f"model.decoder.layers.{i}.encoder_attn.")
         self._cross = None  # (enc, cross_k, cross_v) of the last window
         self.scratch = Scratch(be)
 

@@ -142,19 +142,27 @@ class Checkpoint:
     def nbytes(self):
         return sum(t.nbytes for t in self.tensors.values())
 
-    def release_pages(self):
-        """Let go of the mapped file's pages that loading read. A model keeps what it converted
-        in memory of its own; a tensor it reads in place (a decoder's float16 rows) comes back
-        from the page cache when next read. Afterwards the process's resident memory is what
-        the model holds, not also the file."""
-        maps = {}
-        for t in self.tensors.values():
-            while t is not None and getattr(t, "_mmap", None) is None:
-                t = t.base if isinstance(t, np.ndarray) else None
-            if t is not None:
-                maps[id(t._mmap)] = t._mmap
-        for m in maps.values():
-            m.madvise(mmap.MADV_DONTNEED)
+    def release_pages(self, prefix=""):
+        """Let go of the mapped file's pages under the tensors whose names start with `prefix`
+        (all of them by default). A model keeps what it converted in memory of its own, and
+        lets each layer's pages go once it has converted them, so that the file and the model
+        are not resident together; a tensor it reads in place (a decoder's float16 rows) comes
+        back from the page cache when next read. Afterwards the process's resident memory is
+        what the model holds, not also the file."""
+        page = mmap.PAGESIZE
+        for name, t in self.tensors.items():
+            m = t
+            while m is not None and getattr(m, "_mmap", None) is None:
+                m = m.base if isinstance(m, np.ndarray) else None
+            if m is None or t.size == 0 or not name.startswith(prefix):
+                continue
+            m = m._mmap                # a memmap's views carry their file's map too
+            at = np.frombuffer(m, np.uint8, count=1).ctypes.data
+            lo = t.ctypes.data + sum(min(0, st * (n - 1)) for st, n in zip(t.strides, t.shape))
+            hi = t.ctypes.data + sum(max(0, st * (n - 1)) for st, n in zip(t.strides, t.shape)) + t.itemsize
+            start = (lo - at) // page * page
+            end = min(-(-(hi - at) // page) * page, len(m))
+            m.madvise(mmap.MADV_DONTNEED, start, end - start)
 
 
 def expected_shapes(d: Dims):

@@ -636,3 +636,33 @@ def test_released_pages_read_back_the_same():
     ck.release_pages()
     assert resident_mib() < touched - 30, "tiny.en's ~75 MB of mapped pages stayed resident"
     assert all(np.array_equal(t, before[n]) for n, t in ck.tensors.items())
+
+
+def test_released_pages_of_one_layer():
+    """release_pages(prefix) lets go of that layer's pages only, as the model does after
+    converting each layer: the mapping's resident size (/proc/self/smaps) falls by the layer's
+    bytes, to within a page at each tensor's ends, and the rest stays."""
+    import mmap
+    from nwhisper.io.registry import load_checkpoint
+
+    def mapped_kib(path):
+        kib, inside = 0, False
+        with open("/proc/self/smaps") as f:
+            for ln in f:
+                if ln[:1].isalnum() and "-" in ln.split()[0]:
+                    inside = ln.split()[-1].startswith(path)
+                elif inside and ln.startswith("Rss:"):
+                    kib += int(ln.split()[1])
+        return kib
+
+    ck = load_checkpoint("tiny.en")
+    for t in ck.tensors.values():
+        np.array(t)                                  # every page resident
+    full = mapped_kib(ck.path)
+    prefix = "model.encoder.layers.2."
+    layer = [t for n, t in ck.tensors.items() if n.startswith(prefix)]
+    ck.release_pages(prefix)
+    fell = full - mapped_kib(ck.path)
+    nbytes = sum(t.nbytes for t in layer)
+    slack = 2 * len(layer) * mmap.PAGESIZE
+    assert nbytes - slack <= fell * 1024 <= nbytes + slack, (fell, nbytes)
