@@ -108,11 +108,9 @@ class PackedInt8:
         if n % COLS:
             raise ValueError(f"PackedInt8: {n} output rows is not a multiple of {COLS}")
         kp = -(-k // 4) * 4
-        padded = np.zeros((n, kp), np.int8)
-        padded[:, :k] = q
-        self.panels = np.ascontiguousarray(
-            padded.reshape(n // COLS, VECS, 16, kp // 4, 4).transpose(0, 3, 1, 2, 4))
-        self.shift = 128 * padded.sum(axis=1, dtype=np.int32)
+        self.panels = np.empty((n // COLS, kp // 4, VECS, 16, 4), np.int8)
+        self.shift = np.empty((n,), np.int32)
+        _pack(np.ascontiguousarray(q), self.panels, self.shift)
         self.scale = np.ascontiguousarray(scale, np.float32)
         self.no_bias = np.zeros((n,), np.float32)  # so one epilogue serves layers without a bias
         self.n, self.k, self.k_padded = n, k, kp
@@ -121,6 +119,27 @@ class PackedInt8:
         """The int8 weight (N, K) again, row-major."""
         n, kp = self.n, self.k_padded
         return np.ascontiguousarray(self.panels.transpose(0, 2, 3, 1, 4).reshape(n, kp)[:, :self.k])
+
+
+@njit(parallel=True, cache=True)
+def _pack(q, panels, shift):
+    """panels[p, kk, v, l, b] = q[p·COLS + 16·v + l, 4·kk + b] (0 past K); shift[n] = 128 · Σ_k q[n, k].
+    One pass over q, a panel of COLS rows per parallel item (NumPy's transposing copy of the
+    same layout took most of a large model's load)."""
+    n, k = q.shape
+    for p in prange(panels.shape[0]):
+        for kk in range(panels.shape[1]):
+            for j in range(COLS):
+                r = p * COLS + j
+                for b in range(4):
+                    c = 4 * kk + b
+                    panels[p, kk, j // 16, j % 16, b] = q[r, c] if c < k else 0
+        for j in range(COLS):
+            r = p * COLS + j
+            total = 0
+            for c in range(k):
+                total += q[r, c]
+            shift[r] = 128 * total
 
 
 # 'nnan': LLVM vectorises a max reduction only when told there are no NaNs; nothing that

@@ -247,6 +247,22 @@ def test_gemm_int8(rng, m, k, n, with_bias):
     assert np.all(np.abs(out - want) <= bound)
 
 
+@pytest.mark.parametrize("n,k", [(64, 384), (192, 130), (128, 1)])
+def test_int8_packing(rng, n, k):
+    """PackedInt8's one-pass pack = NumPy's transposing copy of the zero-padded rows, the layout
+    the VNNI micro-tile reads; its shift = 128 · each row's sum (int64 in NumPy); rows() returns
+    the rows again."""
+    q = rng.integers(-128, 128, (n, k), dtype=np.int8)
+    packed = gemm_int8.PackedInt8(q, np.ones(n, np.float32))
+    kp = -(-k // 4) * 4
+    padded = np.zeros((n, kp), np.int8)
+    padded[:, :k] = q
+    want = padded.reshape(n // 64, 4, 16, kp // 4, 4).transpose(0, 3, 1, 2, 4)
+    assert np.array_equal(packed.panels, want)
+    assert np.array_equal(packed.shift, 128 * q.sum(axis=1, dtype=np.int64))
+    assert np.array_equal(packed.rows(), q)
+
+
 @needs_vnni
 def test_int8_weights_use_the_int8_gemm_for_many_rows(be, rng):
     """be.gemm on an int8 weight (CPU, no full-precision copy kept): up to GEMV_ROWS rows
