@@ -1,6 +1,7 @@
 """A bounded load test of `nwhisper serve`: N clients posting one clip for S seconds, on loopback.
 
-    python3 bench/server_load.py [--clients 8] [--seconds 60] [--model tiny.en] [--clip fixtures/jfk.wav]
+    python3 bench/server_load.py [--clients 8] [--seconds 60] [--model tiny.en] [--compute-type float32]
+                                 [--clip fixtures/jfk.wav]
     python3 bench/server_load.py --url http://127.0.0.1:6543     (a server you started; loopback only)
 
 Without --url it starts its own server (`python -m nwhisper serve MODEL --addr 127.0.0.1:0`)
@@ -112,6 +113,7 @@ def main():
     ap.add_argument("--clients", type=int, default=8)
     ap.add_argument("--seconds", type=float, default=60)
     ap.add_argument("--model", default="tiny.en")
+    ap.add_argument("--compute-type", default="float32")
     ap.add_argument("--clip", default=os.path.join(ROOT, "fixtures", "jfk.wav"))
     ap.add_argument("--url", help="an already running server on loopback (default: start one)")
     a = ap.parse_args()
@@ -123,13 +125,13 @@ def main():
             raise SystemExit("this load test runs against loopback only")
         url, pid = a.url, None
     else:
-        proc, url = start_server(a.model)
+        proc, url = start_server(a.model, "--compute-type", a.compute_type)
         pid = proc.pid
     body, ctype = form(a.clip)
     import soundfile
 
     clip_s = soundfile.info(a.clip).duration
-    print(f"# {a.clients} clients × {a.seconds:.0f} s against {url} ({a.model}, {os.path.basename(a.clip)} "
+    print(f"# {a.clients} clients × {a.seconds:.0f} s against {url} ({a.model} {a.compute_type}, {os.path.basename(a.clip)} "
           f"{clip_s:.1f} s); load average {open('/proc/loadavg').read().split()[0]}")
     rss = [(0.0, rss_mb(pid))] if pid else []
     results, threads = [], []
