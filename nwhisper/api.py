@@ -22,7 +22,6 @@ from .io.registry import DEFAULT_MODEL, load_checkpoint
 from .model import Whisper
 from .tokenizer import Tokenizer
 from .records import TranscribeOptions
-from .many import batchable, transcribe_many
 from .speech import transcribe_speech
 from .transcribe import Transcriber
 
@@ -99,41 +98,6 @@ class WhisperModel:
         before each encoder layer and after the pass; True raises nwhisper.records.Cancelled
         there, before any decoding (a live stream's speculative final that more speech made
         stale)."""
-        opts = self._options(options)
-        if opts.batch_size > 1 and vad not in (None, False, True, "silero"):
-            raise ValueError("batch_size > 1 cuts the speech into chunks with Silero; vad cannot "
-                             f"be {vad!r} with it")
-        if vad is not None and vad is not False and opts.batch_size == 1:
-            return transcribe_speech(self._transcriber, _samples(audio), opts, "silero" if vad is True else vad,
-                                     progress, on_segments, cancelled)
-        source = audio.astype(np.float32, copy=False) if isinstance(audio, np.ndarray) else Recording(audio)
-        return self._transcriber.transcribe(source, opts, progress=progress, on_segments=on_segments,
-                                            cancelled=cancelled)
-
-    def transcribe_many(self, audios, cancelled=None, **options):
-        """Several recordings (16 kHz float32 samples) with the same options: a list holding, for
-        each, (segments list, info) as transcribe gives them alone, or the exception its own
-        transcription raised. Those that batch (at most 30 s, greedy: many.batchable) have their
-        windows decoded together (nwhisper/many.py); the others are transcribed one by one.
-        cancelled: one cancelled() or None per recording."""
-        opts = self._options(options)
-        audios = [np.asarray(a, np.float32) for a in audios]
-        cancelled = cancelled or [None] * len(audios)
-        together = [i for i, a in enumerate(audios) if batchable(opts, len(a))]
-        out = [None] * len(audios)
-        for i, r in zip(together, transcribe_many(self._transcriber, [audios[i] for i in together], opts,
-                                                  [cancelled[i] for i in together])):
-            out[i] = r
-        for i in sorted(set(range(len(audios))) - set(together)):
-            try:
-                segments, info = self.transcribe(audios[i], cancelled=cancelled[i], **options)
-                out[i] = list(segments), info
-            except Exception as e:
-                out[i] = e
-        return out
-
-    def _options(self, options):
-        """TranscribeOptions from transcribe's keywords, the language checked against the model."""
         unknown = sorted(set(options) - {f.name for f in dataclasses.fields(TranscribeOptions)})
         if unknown:
             raise TypeError(f"transcribe() got an unknown option {unknown[0]!r}; the options are "
@@ -147,7 +111,15 @@ class WhisperModel:
             if not self.dims.is_multilingual and language != "en":
                 raise ValueError(f"this model is English-only; it cannot transcribe language '{language}'")
             opts = dataclasses.replace(opts, language=language)
-        return opts
+        if opts.batch_size > 1 and vad not in (None, False, True, "silero"):
+            raise ValueError("batch_size > 1 cuts the speech into chunks with Silero; vad cannot "
+                             f"be {vad!r} with it")
+        if vad is not None and vad is not False and opts.batch_size == 1:
+            return transcribe_speech(self._transcriber, _samples(audio), opts, "silero" if vad is True else vad,
+                                     progress, on_segments, cancelled)
+        source = audio.astype(np.float32, copy=False) if isinstance(audio, np.ndarray) else Recording(audio)
+        return self._transcriber.transcribe(source, opts, progress=progress, on_segments=on_segments,
+                                            cancelled=cancelled)
 
 
 def normalize_language(code):

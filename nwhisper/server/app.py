@@ -99,7 +99,6 @@ class Context:
             "busy": h.busy,
             "queued": h.queued,
             "abandoned": h.abandoned,
-            "batched": h.batched,
             "queue_wait_ms": h.wait_stats(),
             "utterance_ms": None if h.utterance_s is None else round(h.utterance_s * 1000, 1),
             "connections": {"active": self.slots.active, "waiting": self.slots.waiting,

@@ -36,7 +36,6 @@ log = logging.getLogger("nwhisper.server")
 FINAL, DRAFT = 0, 1          # job priorities: lower runs first
 WARMUP_SECONDS = 1.0         # of silence, transcribed once at startup (Numba dispatch, scratch)
 WAITS_KEPT = 1000            # queue waits remembered per priority, for /health
-MAX_BATCH = 8                # jobs run together at most (submit's batch)
 
 
 class Abandoned(Exception):
@@ -44,10 +43,10 @@ class Abandoned(Exception):
 
 
 class Job:
-    __slots__ = ("priority", "seq", "fn", "future", "submitted", "batch")
+    __slots__ = ("priority", "seq", "fn", "future", "submitted")
 
-    def __init__(self, priority, seq, fn, batch=None):
-        self.priority, self.seq, self.fn, self.batch = priority, seq, fn, batch
+    def __init__(self, priority, seq, fn):
+        self.priority, self.seq, self.fn = priority, seq, fn
         self.future = Future()
         self.submitted = time.monotonic()
 
@@ -67,7 +66,7 @@ class ModelHost:
         self._worker = ThreadPoolExecutor(1, thread_name_prefix="nwhisper-model")
         self._queue = []
         self._seq = itertools.count()
-        self._running = None         # the Jobs in the worker (one, or a batch), or None
+        self._running = None         # the Job in the worker, or None
         self._holds = 0              # open streams: while > 0 the model is not unloaded
         self.shape = {}              # the model's dimensions, kept across unloads
         self.languages = ()          # language codes the tokenizer knows, kept across unloads
@@ -75,7 +74,6 @@ class ModelHost:
         self.accepts = frozenset()   # keyword arguments model.transcribe takes
         self.loads = self.unloads = 0
         self.abandoned = 0           # jobs dropped from the queue because their client left
-        self.batched = 0             # jobs that ran together with others (submit's batch)
         self.waits = {FINAL: collections.deque(maxlen=WAITS_KEPT), DRAFT: collections.deque(maxlen=WAITS_KEPT)}
         self.overtaken = 0           # finals started after a draft submitted later (never, by the heap)
         self.utterance_s = None      # how long a short utterance takes to transcribe (the warm-up's,
@@ -166,14 +164,9 @@ class ModelHost:
     def idle_s(self):
         return 0.0 if self.busy or self._holds else round(time.monotonic() - self.last_active, 1)
 
-    def submit(self, fn, priority=FINAL, batch=None):
-        """Queue fn(model) for the worker thread; returns the Job (await job.future).
-
-        batch=(key, item): a job that runs together with the jobs of the same key and priority
-        queued when it starts (up to MAX_BATCH, in queue order): fn(model, items) then returns
-        one result per item, an exception instance for an item that failed. Jobs of one key
-        share their fn's meaning (the first one's is called)."""
-        job = Job(priority, next(self._seq), fn, batch)
+    def submit(self, fn, priority=FINAL):
+        """Queue fn(model) for the worker thread; returns the Job (await job.future)."""
+        job = Job(priority, next(self._seq), fn)
         heapq.heappush(self._queue, job)
         self.last_active = time.monotonic()
         self._next()
@@ -201,44 +194,26 @@ class ModelHost:
     def _next(self):
         if self._running is not None or not self._queue:
             return
-        job = heapq.heappop(self._queue)
-        group = [job]
-        if job.batch is not None:
-            same = sorted(j for j in self._queue if j.batch is not None
-                          and j.batch[0] == job.batch[0] and j.priority == job.priority)
-            group += same[:MAX_BATCH - 1]
-            if len(group) > 1:
-                self._queue = [j for j in self._queue if j not in group[1:]]
-                heapq.heapify(self._queue)
-                self.batched += len(group)
-        self._running = group
-        for j in group:
-            self.waits[j.priority].append(time.monotonic() - j.submitted)
+        job = self._running = heapq.heappop(self._queue)
+        self.waits[job.priority].append(time.monotonic() - job.submitted)
         if job.priority == DRAFT:
             self._last_draft_seq = max(self._last_draft_seq, job.seq)
         elif self._last_draft_seq > job.seq:
             self.overtaken += 1
-        items = None if job.batch is None else [j.batch[1] for j in group]
-        done = self._worker.submit(self._call, job.fn, items)
-        ioloop.IOLoop.current().add_future(done, lambda f: self._finished(group, f))
+        done = self._worker.submit(self._call, job.fn)
+        ioloop.IOLoop.current().add_future(done, lambda f: self._finished(job, f))
 
-    def _call(self, fn, items):   # in the worker thread
+    def _call(self, fn):          # in the worker thread
         if self._model is None:
             self._load()
-        return fn(self._model) if items is None else fn(self._model, items)
+        return fn(self._model)
 
-    def _finished(self, group, f):
+    def _finished(self, job, f):
         self._running = None
         self.last_active = time.monotonic()
         if f.exception() is not None:
-            for j in group:
-                future_set_exception_unless_cancelled(j.future, f.exception())
-        elif group[0].batch is None:
-            future_set_result_unless_cancelled(group[0].future, f.result())
+            future_set_exception_unless_cancelled(job.future, f.exception())
         else:
-            for j, r in zip(group, f.result()):
-                if isinstance(r, BaseException):
-                    future_set_exception_unless_cancelled(j.future, r)
-                else:
-                    future_set_result_unless_cancelled(j.future, r)
+            future_set_result_unless_cancelled(job.future, f.result())
         self._next()
+

@@ -50,7 +50,6 @@ from tornado import ioloop
 from ..io.audio import SAMPLE_RATE, StreamResampler
 from ..vad.endpointer import CHUNK_MS, End
 from ..vad.stream import VadStream, detector
-from ..many import batchable
 from ..records import Cancelled, TranscribeOptions
 from .inference import DRAFT, FINAL, Abandoned
 
@@ -88,22 +87,18 @@ def stable_prefix(previous, current):
     return current[:i]
 
 
-def submit_final(host, audio, options, cancelled=None):
-    """Queue a FINAL job on ModelHost `host`: transcribe `audio` (16 kHz) with `options`, with
-    the other finals of these options queued when it starts (any stream's: nwhisper/many.py)
-    where it batches. Its result is (text, seconds its batch took), or None when `cancelled()`
-    said so (checked between the encoder's layers and after them)."""
-    key = ("final", repr(sorted(options.items())))
-    if not batchable(TranscribeOptions(**options), len(audio)):
-        key = object()                  # alone
-
-    def run(model, items):              # on the model's worker thread
+def final_job(audio, options, cancelled=None):
+    """A FINAL job for ModelHost.submit: transcribe `audio` (16 kHz) with `options`; the result is
+    (text, seconds it took), or None when `cancelled()` said so (checked between the encoder's
+    layers and after them)."""
+    def run(model):             # on the model's worker thread
         t = time.perf_counter()
-        results = model.transcribe_many([a for a, _ in items], cancelled=[c for _, c in items], **options)
-        seconds = time.perf_counter() - t
-        return [None if isinstance(r, Cancelled) else r if isinstance(r, Exception)
-                else (_text(r[0]), seconds) for r in results]
-    return host.submit(run, FINAL, batch=(key, (audio, cancelled)))
+        try:
+            segments, _ = model.transcribe(audio, cancelled=cancelled, **options)
+        except Cancelled:
+            return None
+        return _text(segments), time.perf_counter() - t
+    return run
 
 
 def seen(future):
@@ -266,7 +261,7 @@ class LiveStream:
             self.host.abandon(u.spec)
         audio = self._span(e.t0, e.t1)
         u.spec_span, u.spec_voice_end, u.spec_stale = (e.t0, e.t1), e.speech_t1, False
-        u.spec = self._submit_final(audio, u)
+        u.spec = self.host.submit(self._final_job(audio, u), FINAL)
         u.spec.future.add_done_callback(seen)      # a stale one is dropped with nobody waiting
 
     def _drop_stale_speculation(self):
@@ -317,7 +312,7 @@ class LiveStream:
         else:
             if u.spec is not None:
                 self.host.abandon(u.spec)
-            job = self._submit_final(self._span(e.t0, e.t1))
+            job = self.host.submit(self._final_job(self._span(e.t0, e.t1)), FINAL)
         self._last_final = asyncio.ensure_future(self._deliver(e, u, job, self._last_final, closed_at))
 
     async def _deliver(self, e, u, job, previous, closed_at):
@@ -349,11 +344,11 @@ class LiveStream:
 
     # -- jobs -------------------------------------------------------------------------------
 
-    def _submit_final(self, audio, spec=None):
+    def _final_job(self, audio, spec=None):
         """The job of a final; of a speculative one (`spec`: its _Utterance) that stops within
         the encoder when more speech made it stale meanwhile."""
         cancelled = None if spec is None else (lambda: spec.spec_stale or self.closed)
-        return submit_final(self.host, audio, self._model_options(), cancelled)
+        return final_job(audio, self._model_options(), cancelled)
 
     def _model_options(self):
         return dict(language=self.language(), max_tokens=self.max_tokens, initial_prompt=self.prompt)

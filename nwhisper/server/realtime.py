@@ -37,8 +37,8 @@ import secrets
 import numpy as np
 
 from ..io.audio import SAMPLE_RATE, StreamResampler
-from .inference import Abandoned
-from .live import seen, submit_final
+from .inference import FINAL, Abandoned
+from .live import seen, final_job
 from .realtime_events import (MIN_COMMIT_MS, RealtimeError, Session, apply_beta, apply_ga,
                               decode_append)
 from .stream import StreamHandler
@@ -220,7 +220,7 @@ class RealtimeHandler(StreamHandler):
         item = self._committed()
         options = dict(language=self.live_language(), max_tokens=self.ctx.config.max_tokens,
                        initial_prompt=self.session.prompt)
-        job = submit_final(self.ctx.host, audio, options)
+        job = self.ctx.host.submit(final_job(audio, options), FINAL)
         job.future.add_done_callback(seen)
         self._pending.add(job)
         self._last = asyncio.ensure_future(

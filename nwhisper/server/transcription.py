@@ -16,8 +16,6 @@ from dataclasses import dataclass
 from tornado import ioloop, web
 
 from ..io.audio import AudioError, load_audio
-from ..many import batchable
-from ..records import TranscribeOptions
 from . import auth, formats
 from .inference import Abandoned
 from .limits import Busy
@@ -114,7 +112,7 @@ class TranscribeHandler(JsonHandler):
                 return
             if ask.stream:
                 kwargs["on_segments"] = self._start_events()
-            self._job = self._submit(samples, kwargs)
+            self._job = self.ctx.host.submit(lambda m: _transcribe(m, samples, kwargs))
             segments, info = await self._job.future
             if self._gone:              # it was already running when the client went away
                 return
@@ -182,16 +180,6 @@ class TranscribeHandler(JsonHandler):
                                                 "code": OPENAI_CODES.get(status)}})
         self.finish()
 
-    def _submit(self, samples, kwargs):
-        """The request's job: one that runs together with the other requests queued with the
-        same options where they batch (nwhisper/many.py: a short recording, greedy, no VAD, no
-        event stream), else alone."""
-        plain = {k: v for k, v in kwargs.items() if k != "vad"}
-        if "on_segments" in kwargs or kwargs.get("vad") or not batchable(TranscribeOptions(**plain), len(samples)):
-            return self.ctx.host.submit(lambda m: _transcribe(m, samples, kwargs))
-        key = ("http", repr(sorted(plain.items())))
-        return self.ctx.host.submit(_transcribe_many(plain), batch=(key, samples))
-
     def _call_args(self, ask):
         """model.transcribe's keyword arguments for `ask`; Reject for what this model cannot do."""
         host, cfg = self.ctx.host, self.ctx.config
@@ -228,12 +216,6 @@ class TranscribeHandler(JsonHandler):
 def _transcribe(model, samples, kwargs):          # in the model's worker thread
     segments, info = model.transcribe(samples, **kwargs)
     return list(segments), info
-
-
-def _transcribe_many(kwargs):
-    def run(model, items):                           # in the model's worker thread
-        return model.transcribe_many(items, **kwargs)
-    return run
 
 
 def _language(value, default):

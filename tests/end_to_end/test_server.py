@@ -330,44 +330,6 @@ def test_a_client_that_hangs_up_while_queued_is_not_transcribed(servers):
     assert h["connections"]["active"] == 0 and h["queued"] == 0 and not h["busy"]
 
 
-def test_requests_queued_together_are_decoded_together_and_answer_as_alone(servers):
-    """Short requests with the same options that queue behind a long one run as one batch
-    (health's `batched`; nwhisper/many.py) and each answer is what that request gets alone."""
-    import io
-
-    import numpy as np
-    import soundfile
-
-    url = servers["main"].url
-    clips = []
-    for name in ("jfk.wav", "cards/001.wav", "cards/002.wav", "forever.wav"):
-        with open(os.path.join(ROOT, "fixtures", name), "rb") as f:
-            clips.append(f.read())
-    fields = [("response_format", "verbose_json")]
-    alone = [inference(url, fields, data=c) for c in clips]
-    assert all(status == 200 for status, _, _ in alone), alone
-    x, sr = soundfile.read(JFK, dtype="float32")
-    long_clip = io.BytesIO()
-    soundfile.write(long_clip, np.tile(x, 4), sr // 2, format="WAV", subtype="PCM_16")  # 88 s
-    before = _health(url)
-    busy = threading.Thread(target=inference, args=(url,), kwargs={"data": long_clip.getvalue()})
-    busy.start()
-    time.sleep(0.3)
-    together = [None] * len(clips)
-
-    def ask(i):
-        together[i] = inference(url, fields, data=clips[i])
-    asks = [threading.Thread(target=ask, args=(i,)) for i in range(len(clips))]
-    for t in asks:
-        t.start()
-    busy.join(120)
-    for t in asks:
-        t.join(120)
-    assert _health(url)["batched"] >= before["batched"] + 2
-    for (status, _, body), (_, _, want) in zip(together, alone):
-        assert status == 200 and json.loads(body) == json.loads(want)
-
-
 # -- tokens and TLS ---------------------------------------------------------------------------
 
 

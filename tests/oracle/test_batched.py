@@ -135,36 +135,3 @@ def test_the_command_takes_batch_size():
     assert r.exit_code == 0, r.output
     lines = r.output.strip().splitlines()
     assert len(lines) >= 2 and lines[0].startswith("[00:00.") and "nothing here needs" in r.output.lower()
-
-
-@pytest.mark.parametrize("name,compute_type,options", [
-    ("tiny.en", "float32", {}), ("base", "int8", dict(language="en", timestamps=True, word_timestamps=True))])
-def test_recordings_transcribed_together_equal_each_alone(models, name, compute_type, options):
-    """WhisperModel.transcribe_many (a server's queued requests decoded together): each result is
-    transcribe's alone — segments, their times and words, log-probabilities and the info; a
-    recording cancelled before it is encoded is its Cancelled, the others unchanged."""
-    from nwhisper.records import Cancelled
-
-    m = models(name, compute_type)
-    clips = [audio(c)[:M.N_SAMPLES] for c in CLIPS] + [np.zeros(16000, np.float32)]
-    stop = [None] * len(clips)
-    stop[2] = lambda: True
-    together = m.transcribe_many(clips, cancelled=stop, **options)
-    assert isinstance(together[2], Cancelled)
-    for i, (clip, x) in enumerate(zip(CLIPS + ["silence"], clips)):
-        if i == 2:
-            continue
-        segments, info = m.transcribe(x, **options)
-        assert together[i][0] == list(segments), clip
-        assert together[i][1] == info, clip
-
-
-def test_transcribe_many_runs_alone_what_does_not_batch(models):
-    """Beams, or a recording over 30 s: transcribed one by one, each as transcribe gives it."""
-    m = models("tiny.en")
-    x, long = audio("jfk.wav"), audio("espeak/en-63s.flac")
-    for clips, options in (([x, x], dict(beam_size=3)), ([x, long], {})):
-        together = m.transcribe_many(clips, **options)
-        for x_, (segments, info) in zip(clips, together):
-            alone, alone_info = m.transcribe(x_, **options)
-            assert segments == list(alone) and info == alone_info
