@@ -26,7 +26,7 @@ import os
 
 import llvmlite.binding as llvm
 import numpy as np
-from numba import njit, prange, types, get_num_threads
+from numba import config, njit, prange, types
 
 _ROW_MAJOR, _NO_TRANS, _TRANS = 101, 111, 112
 _SYMBOL = "nwhisper_cblas_sgemm"
@@ -160,7 +160,10 @@ def gemm(a, b, c, trans_b=True, alpha=1.0, accumulate=False, bias=None):
     if k == 0:
         c[...] = (c if accumulate else 0) + bias
         return
-    parts = min(get_num_threads(), n) if m * n * k >= PARALLEL_MACS else 1
+    # As many blocks as the machine has threads, however many run now: OpenBLAS rounds a block
+    # of columns otherwise than the same columns inside a wider block, so a split that followed
+    # numba.set_num_threads (a batch worker's share of the cores) would change the numbers.
+    parts = min(config.NUMBA_NUM_THREADS, n) if m * n * k >= PARALLEL_MACS else 1
     if parts > 1:
         _gemm_parallel(parts, a, b, c, trans_b, np.float32(alpha), beta, bias)
     else:

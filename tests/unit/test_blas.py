@@ -27,6 +27,29 @@ def close(got, want, k):
     assert np.max(np.abs(got - want)) <= bound, f"max |Δ| {np.max(np.abs(got - want)):.3g} > {bound:.3g}"
 
 
+@pytest.mark.parametrize("m, k, n", [(1500, 384, 1536), (1500, 64, 1500)])
+def test_gemm_does_not_depend_on_the_threads_running(m, k, n):
+    """The same bits whatever numba.set_num_threads says (a batch worker runs with its share of
+    the cores): OpenBLAS rounds a block of columns otherwise than the same columns inside a
+    wider block, so the columns are split as for every thread the machine has. (Seen: a
+    2-worker batch's avg_logprob 1e-6 off the same file transcribed alone.)"""
+    import numba
+
+    rng = np.random.default_rng(7)
+    a, b = rand(rng, m, k), rand(rng, n, k)
+    before = numba.get_num_threads()
+    outs = []
+    try:
+        for threads in (1, numba.config.NUMBA_NUM_THREADS):
+            numba.set_num_threads(threads)
+            c = np.empty((m, n), np.float32)
+            blas.gemm(a, b, c)
+            outs.append(c)
+    finally:
+        numba.set_num_threads(before)
+    assert np.array_equal(*outs)
+
+
 @pytest.mark.parametrize("m, k, n", [(1, 7, 5), (3, 64, 33), (150, 96, 200), (1500, 64, 129)])
 @pytest.mark.parametrize("trans_b", [True, False])
 def test_gemm_against_numpy(m, k, n, trans_b):
