@@ -45,11 +45,10 @@ def _stacked(ck, parts):
     stacked in the checkpoint's precision, [W0; W1; …], and their biases f32 (zeros for a layer
     without; None when no layer has one) -- several products of the same input made one."""
     ws = [_host(ck[name + ".weight"], ck[name + ".weight"].dtype) for name, _ in parts]
-    if not any(has_bias for _, has_bias in parts):
-        return np.concatenate(ws), None
     bs = [_host(ck[name + ".bias"]) if has_bias else np.zeros(w.shape[0], np.float32)
           for (name, has_bias), w in zip(parts, ws)]
-    return np.concatenate(ws), np.concatenate(bs)
+    one = lambda xs: xs[0] if len(xs) == 1 else np.concatenate(xs)   # noqa: E731 (no copy of one)
+    return one(ws), (one(bs) if any(has_bias for _, has_bias in parts) else None)
 
 
 def _column_scales(w):
