@@ -143,8 +143,8 @@ def load(name_or_path=DEFAULT_MODEL, device="auto", compute_type="float32"):
 def _trim_heap():
     """Give the C heap's free memory back to the system (glibc's malloc_trim; elsewhere
     nothing). Loading frees many matrix-sized temporaries (stacked rows, int8 rows before
-    they are packed), and glibc keeps what was freed for reuse: a large model's RSS after
-    load held ~110 MB of them."""
+    they are packed), and glibc keeps what was freed for reuse: without this a model's RSS
+    after load would go on holding them."""
     try:
         trim = ctypes.CDLL(None).malloc_trim
     except (OSError, AttributeError):

@@ -47,8 +47,10 @@ def _stacked(ck, parts):
     ws = [_host(ck[name + ".weight"], ck[name + ".weight"].dtype) for name, _ in parts]
     bs = [_host(ck[name + ".bias"]) if has_bias else np.zeros(w.shape[0], np.float32)
           for (name, has_bias), w in zip(parts, ws)]
-    one = lambda xs: xs[0] if len(xs) == 1 else np.concatenate(xs)   # noqa: E731 (no copy of one)
-    return one(ws), (one(bs) if any(has_bias for _, has_bias in parts) else None)
+
+    def joined(xs):                 # one layer's array as it is: no copy
+        return xs[0] if len(xs) == 1 else np.concatenate(xs)
+    return joined(ws), (joined(bs) if any(has_bias for _, has_bias in parts) else None)
 
 
 def _column_scales(w):

@@ -125,7 +125,7 @@ class PackedInt8:
 def _pack(q, panels, shift):
     """panels[p, kk, v, l, b] = q[p·COLS + 16·v + l, 4·kk + b] (0 past K); shift[n] = 128 · Σ_k q[n, k].
     One pass over q, a panel of COLS rows per parallel item (NumPy's transposing copy of the
-    same layout took most of a large model's load)."""
+    same layout is a strided copy several times slower, on every matrix of a load)."""
     n, k = q.shape
     for p in prange(panels.shape[0]):
         for kk in range(panels.shape[1]):
