@@ -109,6 +109,7 @@ def _best_seconds(f, *args, repeat=5):
 
 
 def cpu_flags():
+    """The first CPU's feature flags in /proc/cpuinfo."""
     with open("/proc/cpuinfo") as f:
         line = next((ln for ln in f if ln.startswith("flags")), "flags :")
     return set(line.split(":", 1)[1].split())

@@ -580,7 +580,8 @@ def table(title, summ, systems):
 
 def header(args, systems):
     cpu = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")), "?")
-    flags = next((ln for ln in open("/proc/cpuinfo") if ln.startswith("flags")), "")
+    from peak import cpu_flags      # peak imports this module: here, once both are loaded
+    flags = cpu_flags()
     isa = "AVX-512" if "avx512f" in flags else ("AVX2" if "avx2" in flags else "no AVX2")
     mem = int(next(ln for ln in open("/proc/meminfo") if ln.startswith("MemTotal")).split()[1]) / 2**20
     rev = sh(["git", "-C", args.src, "rev-parse", "--short", "HEAD"]).stdout.strip() or args.rev or "?"

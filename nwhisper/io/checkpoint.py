@@ -151,10 +151,12 @@ class Checkpoint:
         what the model holds, not also the file."""
         page = mmap.PAGESIZE
         for name, t in self.tensors.items():
+            if t.size == 0 or not name.startswith(prefix):
+                continue
             m = t
             while m is not None and getattr(m, "_mmap", None) is None:
                 m = m.base if isinstance(m, np.ndarray) else None
-            if m is None or t.size == 0 or not name.startswith(prefix):
+            if m is None:
                 continue
             m = m._mmap                # a memmap's views carry their file's map too
             at = np.frombuffer(m, np.uint8, count=1).ctypes.data
