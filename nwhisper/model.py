@@ -205,7 +205,8 @@ class Whisper:
     compute_type "int8" (as CTranslate2's): every linear layer, the window's cross K/V and the
     output projection keep int8 rows with per-row scales. The decoder reads them with float
     activations, a step's rows and a prompt's alike (a quarter of the bytes of f32; its hidden
-    states are never quantised: backend.weight_int8 says why). The encoder's products of 1500
+    states are never quantised: backend.weight_int8 says why); it looks the token embedding up
+    in the checkpoint's own rows, read in place (Backend.table). The encoder's products of 1500
     rows, and its attention scores, run on the CPU's int8 GEMM with the activations quantised
     per row (kernels/gemm_int8.py), or on f32 where it does not run. The cross-attention K/V
     are int8 per key (kernels.attention.Int8Heads). The encoder's attention probabilities and
@@ -227,17 +228,22 @@ class Whisper:
         self.enc_blocks = _blocks(ck, be, "encoder", d.n_audio_layer, "int8" if int8 else "full")
         self.enc_ln = _LayerNorm(be, ck, "model.encoder.layer_norm")
         emb = ck["model.decoder.embed_tokens.weight"]
-        emb = _host(emb, emb.dtype)    # one host copy (where the mapped tensor is unaligned)
-        # The token embedding is also the output projection (Whisper ties them); it stays in the
-        # checkpoint's precision: at f16 that halves the bytes the last GEMV of every step reads.
-        self.tok_emb = be.weight(emb, gemv=True)
-        # int8: its own int8 copy, columns equalised (_column_scales) and the final LayerNorm,
-        # which feeds only this product, divided by the same scales.
         c = None
-        self.out_proj = self.tok_emb
         if int8:
+            # The output projection is its own int8 copy, columns equalised (_column_scales) and
+            # the final LayerNorm, which feeds only this product, divided by the same scales; the
+            # embedding itself is only looked up, a row a token, where the checkpoint holds it.
             c = _column_scales(emb)
-            self.out_proj = be.weight_int8(emb, quantized_rows=False, columns=c)
+            aligned = _host(emb, emb.dtype)    # the quantiser's input: a copy where emb is unaligned
+            ck.release_pages("model.decoder.embed_tokens.")    # not resident beside the copy
+            self.out_proj = be.weight_int8(aligned, quantized_rows=False, columns=c)
+            del aligned
+            self.tok_emb = be.table(emb)
+        else:
+            # The token embedding is also the output projection (Whisper ties them), in the
+            # checkpoint's precision: at f16 that halves the bytes the last GEMV of a step reads.
+            emb = _host(emb, emb.dtype)    # one host copy (where the mapped tensor is unaligned)
+            self.tok_emb = self.out_proj = be.weight(emb, gemv=True)
         self.dec_pos = be.upload(_host(ck["model.decoder.embed_positions.weight"]))
         self.dec_blocks = _blocks(ck, be, "decoder", d.n_text_layer, "int8-gemv" if int8 else "gemv")
         self.dec_ln = _LayerNorm(be, ck, "model.decoder.layer_norm", c)

@@ -84,6 +84,11 @@ class Backend:
     # full matrix's on CUDA.
     GEMV_ROWS = 8
 
+    def table(self, a):
+        """A matrix only looked up a few rows at a time by embed (an int8 model's token
+        embedding, whose int8 copy is the output projection), in the checkpoint's precision."""
+        return self.weight(a, gemv=True)
+
     def weight_int8(self, a, quantized_rows=True, columns=None):
         """A matrix for gemm as int8 rows with per-row scales (kernels.matmul.Int8Weight); the
         full-precision matrix (`a` prepared by weight()) stays beside it for GEMMs of many rows.

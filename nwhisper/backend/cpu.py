@@ -86,6 +86,13 @@ class CpuBackend(Backend):
             a = a.view(np.float16)
         return np.require(a, np.float32, ("C", "A"))
 
+    def table(self, a):
+        """As Backend.table, read where it lies, aligned or not (Numba reads unaligned arrays; a
+        CT2 file's tensors often are): a memory-mapped tensor is not copied, so only the rows
+        looked up are paged in once the model has let the file's pages go."""
+        a = np.asarray(a)
+        return a.view(np.uint16) if a.dtype == np.float16 else a
+
     def weight_int8(self, a, quantized_rows=True, columns=None):
         """As Backend.weight_int8, without the full-precision matrix: every product reads the
         int8 rows, quantised from the checkpoint's own (f16) weights, the columns' scales

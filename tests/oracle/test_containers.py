@@ -666,3 +666,12 @@ def test_released_pages_of_one_layer():
     nbytes = sum(t.nbytes for t in layer)
     slack = 2 * len(layer) * mmap.PAGESIZE
     assert nbytes - slack <= fell * 1024 <= nbytes + slack, (fell, nbytes)
+
+def test_int8_token_embedding_is_read_in_place(models):
+    """An int8 model looks its token embedding up where the checkpoint's mapped file holds it
+    (only the rows looked up come back into memory): no copy of it is made, though tiny.en's CT2
+    tensor lies at an odd address; its int8 copy is the output projection."""
+    model = models("tiny.en", "int8")
+    emb = model.checkpoint["model.decoder.embed_tokens.weight"]
+    assert not emb.flags.aligned
+    assert np.shares_memory(model.model.tok_emb, emb)

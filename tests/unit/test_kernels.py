@@ -528,6 +528,16 @@ def test_embed(be, rng, tdtype):
     check("embed", out, table[ids].astype(np.float32), rtol=0)
     K.embed(be, be.weight(table, gemv=True), ids, out)   # the tied output projection's storage
     check("embed from a gemv weight", out, table[ids].astype(np.float32), rtol=0)
+    # be.table: read where it lies, not copied, even at an odd address and read-only (a tensor
+    # of a memory-mapped CT2 file, as an int8 model's token embedding is read)
+    raw = np.zeros(table.nbytes + 1, np.uint8)
+    lying = raw[1:].view(tdtype).reshape(table.shape)
+    lying[:] = table
+    lying.flags.writeable = False
+    looked_up = be.table(lying)
+    assert not lying.flags.aligned and np.shares_memory(looked_up, lying)
+    K.embed(be, looked_up, ids, out)
+    check("embed from an unaligned table", out, table[ids].astype(np.float32), rtol=0)
 
 
 def test_widen_reads_every_float16_exactly():
