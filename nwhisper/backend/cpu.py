@@ -11,6 +11,7 @@ import numpy as np
 
 from nwhisper.kernels import blas, gemm_int8
 from nwhisper.kernels.matmul import Int8Weight, quantize_int8
+from nwhisper.kernels.widen import to_float32
 from nwhisper.backend.base import Backend
 
 
@@ -73,7 +74,8 @@ class CpuBackend(Backend):
         return np.array(a)
 
     def weight(self, a, gemv=False):
-        """A matrix for gemm: C-contiguous f32 (f16 widened once; f32 kept without a copy).
+        """A matrix for gemm: C-contiguous f32 (f16 widened once, widen.to_float32; f32 kept
+        without a copy).
 
         gemv=True, for a matrix that is mostly multiplied by a few rows (the decoder's): an f16
         matrix stays f16, as its bits in a uint16 array (kernels/widen.py), which linear_elem
@@ -82,8 +84,8 @@ class CpuBackend(Backend):
         a = np.asarray(a)
         if a.dtype == np.float16 and gemv:
             return np.require(a, requirements=("C", "A")).view(np.uint16)
-        if a.dtype == np.uint16:
-            a = a.view(np.float16)
+        if a.dtype in (np.float16, np.uint16):
+            return to_float32(a)
         return np.require(a, np.float32, ("C", "A"))
 
     def table(self, a):

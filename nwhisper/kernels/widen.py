@@ -14,7 +14,7 @@ element type (float32, float16 on CUDA, int8) is plain conversion. A kernel body
 """
 
 import numpy as np
-from numba import types
+from numba import njit, prange, types
 from numba.extending import intrinsic, overload
 
 
@@ -46,3 +46,30 @@ def _widen(w):
 # a conversion, and Numba's CUDA target compiles an overloaded helper for the current device only
 # (the PTX check runs without one).
 CUDA_FORMS = {"widen": np.float32}
+
+
+# A thread's share of to_float32 at a time: large enough that a step's overhead is nothing.
+_BLOCK = 1 << 16
+
+
+@njit(parallel=True, cache=True)
+def _widen_flat(bits, out):
+    """out[i] = the float16 whose bits are bits[i], as float32; flat, a block at a time."""
+    n = bits.size
+    for b in prange((n + _BLOCK - 1) // _BLOCK):
+        for i in range(b * _BLOCK, min(n, (b + 1) * _BLOCK)):
+            out[i] = _half_bits(bits[i])
+
+
+def to_float32(a):
+    """A new C-contiguous float32 copy of float16 array `a` (contiguous, aligned or not: a
+    memory-mapped checkpoint's tensor is read where it lies), widened exactly on Numba's threads:
+    loading a large float32 encoder is this, some 600 M weights, and NumPy's cast runs on one."""
+    out = np.empty(a.shape, np.float32)
+    if not _widen_flat.signatures:
+        # one compilation for every argument's flags (read-only and unaligned accept the rest)
+        _widen_flat.compile((types.Array(types.uint16, 1, "C", readonly=True, aligned=False),
+                             types.Array(types.float32, 1, "C")))
+        _widen_flat.disable_compile()
+    _widen_flat(np.ascontiguousarray(a).reshape(-1).view(np.uint16), out.reshape(-1))
+    return out

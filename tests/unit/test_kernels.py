@@ -561,6 +561,25 @@ def test_widen_reads_every_float16_exactly():
     assert same.all() and np.array_equal(np.signbit(out), np.signbit(want))
 
 
+def test_to_float32_widens_as_numpy_does(be):
+    """widen.to_float32 (a float32 encoder's weights at load, on Numba's threads) = NumPy's cast,
+    bit for bit, for every float16 pattern but NaNs (NaN stays NaN), read in place from a read-only tensor at an odd
+    address (a CT2 file's); CpuBackend.weight uses it for float16 and its uint16 bits alike."""
+    from nwhisper.kernels.widen import to_float32
+
+    halves = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.float16)
+    raw = np.zeros(halves.nbytes + 1, np.uint8)
+    lying = raw[1:].view(np.float16).reshape(256, 256)
+    lying[:] = halves.reshape(256, 256)
+    lying.flags.writeable = False
+    want = halves.astype(np.float32).reshape(256, 256)
+    for got in (to_float32(lying), be.weight(lying), be.weight(lying.view(np.uint16))):
+        assert got.dtype == np.float32 and got.flags.c_contiguous
+        nan = np.isnan(want)
+        assert np.array_equal(np.isnan(got), nan)
+        assert np.array_equal(got.view(np.uint32)[~nan], want.view(np.uint32)[~nan])
+
+
 def test_kv_write(be, rng):
     cache = be.zeros((10, 8))
     rows = rand(rng, 3, 8)
