@@ -83,7 +83,11 @@ class CpuBackend(Backend):
         widening the matrix for BLAS costs more than the product saves). A uint16 matrix is taken as such bits."""
         a = np.asarray(a)
         if a.dtype == np.float16 and gemv:
-            return np.require(a, requirements=("C", "A")).view(np.uint16)
+            bits = np.require(a, requirements=("C", "A")).view(np.uint16)
+            # read-only whether it lies in the mapped file or was copied (unaligned there): one
+            # array type, so each kernel that reads weights compiles once
+            bits.flags.writeable = False
+            return bits
         if a.dtype in (np.float16, np.uint16):
             return to_float32(a)
         return np.require(a, np.float32, ("C", "A"))

@@ -561,6 +561,24 @@ def test_widen_reads_every_float16_exactly():
     assert same.all() and np.array_equal(np.signbit(out), np.signbit(want))
 
 
+def test_f16_gemv_weights_are_one_array_type(be, rng):
+    """A decoder's float16 matrix read in place (a mapped, read-only tensor) and one copied
+    (unaligned in its file) reach the kernels as the same Numba type, so linear_elem compiles once
+    for both (it had compiled twice on a first transcription: ~2 s)."""
+    from numba import typeof
+
+    w = rand(rng, 8, 16, dtype=np.float16)
+    mapped = w.copy()
+    mapped.flags.writeable = False
+    raw = np.zeros(w.nbytes + 1, np.uint8)
+    unaligned = raw[1:].view(np.float16).reshape(w.shape)
+    unaligned[:] = w
+    kept, copied = be.weight(mapped, gemv=True), be.weight(unaligned, gemv=True)
+    assert np.shares_memory(kept, mapped) and not np.shares_memory(copied, unaligned)
+    assert typeof(kept) == typeof(copied)
+    assert np.array_equal(kept, copied)
+
+
 def test_to_float32_widens_as_numpy_does(be):
     """widen.to_float32 (a float32 encoder's weights at load, on Numba's threads) = NumPy's cast,
     bit for bit, for every float16 pattern but NaNs (NaN stays NaN), read in place from a read-only tensor at an odd
