@@ -16,6 +16,7 @@ import os
 # is first imported after nwhisper — as in the `nwhisper` command; a user's setting wins.
 os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
 
+from . import kernel_cache  # noqa: E402,F401  (before any module defines a cached kernel)
 from .api import WhisperModel, load  # noqa: E402
 from .records import Segment, TranscribeOptions, TranscriptionInfo, Word  # noqa: E402
 

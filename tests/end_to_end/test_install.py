@@ -1,7 +1,10 @@
-"""A fresh, read-only install: the package copied without any compiled cache, every file and
+"""A fresh, read-only install: the package copied without any compiled cache, its kernels compiled
+into it as a wheel's build does (`python -m nwhisper.precompile`, here float32 only), every file and
 folder made read-only, and two processes started on it at once — `nwhisper transcribe` and
-`nwhisper serve` answering a request. Both must give jfk.wav's sentence, and nothing may appear
-under the package (Numba's cache goes to the user's cache folder instead).
+`nwhisper serve` answering a request. Both must give jfk.wav's sentence; nothing may appear under
+the package; and nothing may be compiled: every file in the user's Numba cache is a copy of one
+the package shipped (nwhisper/kernel_cache.py copies them there, as the package's own folders
+cannot be written).
 
 The processes run as root without the capabilities that let root write where permissions say
 no (CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH, CAP_FOWNER; dropped from the bounding set before
@@ -39,14 +42,19 @@ def test_a_read_only_fresh_install_transcribes_and_serves_in_two_processes_at_on
     shutil.copytree(os.path.join(ROOT, "nwhisper"), site / "nwhisper",
                     ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     home.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("NUMBA_CACHE_DIR", "PYTHONPATH"))}
+    env.update(PYTHONPATH=str(site), HOME=str(home), XDG_CACHE_HOME=str(home / ".cache"))
+    subprocess.run([sys.executable, "-m", "nwhisper.precompile", "--compute-types", "float32"],
+                   env=dict(env, HOME=str(tmp_path / "builder"), XDG_CACHE_HOME=str(tmp_path / "builder")),
+                   cwd=tmp_path, capture_output=True, check=True, timeout=600)
+    shipped = {os.path.basename(p): os.path.join(site, p) for p in _tree(site) if p.endswith((".nbi", ".nbc"))}
+    assert len(shipped) > 40, sorted(shipped)
     before = _tree(site)
     for d, dirs, files in os.walk(site):
         for name in dirs + files:
             path = os.path.join(d, name)
             os.chmod(path, os.stat(path).st_mode & ~(stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH))
     os.chmod(site, 0o555)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("NUMBA_CACHE_DIR", "PYTHONPATH"))}
-    env.update(PYTHONPATH=str(site), HOME=str(home), XDG_CACHE_HOME=str(home / ".cache"))
     probe = subprocess.run([sys.executable, "-c", "import nwhisper; print(nwhisper.__file__)"],
                            env=env, cwd=tmp_path, capture_output=True, text=True, check=True,
                            preexec_fn=_as_any_user)
@@ -73,4 +81,8 @@ def test_a_read_only_fresh_install_transcribes_and_serves_in_two_processes_at_on
         for d, dirs, files in os.walk(site):
             os.chmod(d, 0o755)
     assert _tree(site) == before, "something was written under the installed package"
-    assert any("numba" in d for d, _, _ in os.walk(home)), "Numba cached nothing for the user"
+    cached = {os.path.basename(p): os.path.join(home, p) for p in _tree(home) if p.endswith((".nbi", ".nbc"))}
+    compiled = [name for name, p in cached.items()
+                if name not in shipped or open(p, "rb").read() != open(shipped[name], "rb").read()]
+    assert not compiled, f"compiled on a first run although the package shipped its kernels: {compiled}"
+    assert len(cached) > 40, f"only {sorted(cached)} were copied to the user's cache"

@@ -1,0 +1,70 @@
+"""Compile the CPU kernels a transcription calls, ahead of the first command.
+
+Numba compiles a kernel the first time it is called with new argument types and keeps the machine
+code in its cache: beside the module (`__pycache__`) where that folder is writable, else in the
+user's cache folder. With an empty cache the first `nwhisper transcribe` compiles for ~15 s on two
+cores and every option that reaches new kernels (int8, word timings, beam search, Silero) adds
+seconds more. So the build of a wheel (setup.py) runs this module on the machine that installs it
+— Numba compiles for the CPU it runs on, and keys each cached function by the content of its
+file, Numba's version and that CPU — and the wheel carries the compiled kernels. Where the
+installed package cannot be written, they are copied to the user's cache as each is first asked
+for (kernels/cache.py).
+
+`python -m nwhisper.precompile` does it again, into whichever cache Numba would use: after an
+upgrade of Numba, or for another model's paths (`--model`).
+"""
+
+import argparse
+import os
+import sys
+import time
+
+import numpy as np
+
+from .io.audio import load_audio
+from .io.registry import DEFAULT_MODEL
+
+# 4.6 s of jfk.wav (a US-government recording, public domain; fixtures/CREDITS.md), Opus: speech
+# with a pause, so that word timings and Silero have something to find
+CLIP = os.path.join(os.path.dirname(__file__), "precompile.ogg")
+
+# What the CLI and the server reach on a CPU: each compute type's default transcription, then the
+# options that call kernels the default does not (the rest, --timestamps among them, reuse them).
+WORKLOADS = (
+    {},
+    {"word_timestamps": True},
+    {"beam_size": 5},
+    {"temperature": 0.5},       # the fallback ladder's sampling
+    {"batch_size": 2},
+    {"vad": True},              # Silero on our kernels, as the live endpointer runs it
+)
+
+
+def run(model_name=DEFAULT_MODEL, compute_types=("float32", "int8"), out=sys.stderr):
+    """Transcribe the clip once per workload and compute type; returns the seconds taken."""
+    from . import load
+
+    samples = load_audio(CLIP)
+    t0 = time.perf_counter()
+    for compute_type in compute_types:
+        model = load(model_name, device="cpu", compute_type=compute_type)
+        for options in WORKLOADS:
+            t = time.perf_counter()
+            segments, _ = model.transcribe(np.array(samples), **options)
+            list(segments)
+            print(f"nwhisper precompile: {model_name} {compute_type} {options or 'default'}: "
+                  f"{time.perf_counter() - t:.1f} s", file=out)
+    return time.perf_counter() - t0
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(prog="python -m nwhisper.precompile", description=__doc__.split("\n")[0])
+    p.add_argument("--model", default=DEFAULT_MODEL, help=f"a model name or path (default {DEFAULT_MODEL})")
+    p.add_argument("--compute-types", default="float32,int8", help="comma-separated (default float32,int8)")
+    args = p.parse_args(argv)
+    seconds = run(args.model, tuple(args.compute_types.split(",")))
+    print(f"nwhisper precompile: done in {seconds:.1f} s", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

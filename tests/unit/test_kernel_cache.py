@@ -1,0 +1,57 @@
+"""Copying a function's shipped Numba cache into the user's (nwhisper/kernel_cache.py): which
+files, when, and in which order. The whole path — a read-only install whose first commands compile
+nothing — is tests/end_to_end/test_install.py."""
+
+import os
+
+from numba.core import caching
+
+from nwhisper import kernel_cache
+
+BASE = "_launch_cpu.layernorm_row-40.py311"
+
+
+def _write(folder, name, data):
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, name), "wb") as f:
+        f.write(data)
+
+
+def test_a_functions_files_are_copied_once_and_again_when_the_package_ships_newer(tmp_path):
+    shipped, cache = tmp_path / "pkg" / "__pycache__", tmp_path / "user"
+    cache.mkdir()
+    _write(shipped, BASE + ".nbi", b"index")
+    _write(shipped, BASE + ".1.nbc", b"one")
+    _write(shipped, BASE + ".2.nbc", b"two")
+    _write(shipped, "_launch_cpu.layernorm_row-400.py311.nbi", b"another function")
+    _write(shipped, "_launch_cpu.layernorm_row_serial-46.py311.nbi", b"another function")
+    assert kernel_cache.seed(shipped, cache, BASE)
+    assert sorted(os.listdir(cache)) == [BASE + ".1.nbc", BASE + ".2.nbc", BASE + ".nbi"]
+    assert (cache / (BASE + ".2.nbc")).read_bytes() == b"two"
+
+    _write(cache, BASE + ".3.nbc", b"compiled here")        # the user's own compilation since
+    _write(cache, BASE + ".nbi", b"index with three")
+    assert not kernel_cache.seed(shipped, cache, BASE)       # the user's index is newer: kept
+    assert (cache / (BASE + ".nbi")).read_bytes() == b"index with three"
+
+    newer = os.stat(cache / (BASE + ".nbi")).st_mtime + 10   # a new install ships a newer index
+    os.utime(shipped / (BASE + ".nbi"), (newer, newer))
+    assert kernel_cache.seed(shipped, cache, BASE)
+    assert (cache / (BASE + ".nbi")).read_bytes() == b"index"
+    assert not [n for n in os.listdir(cache) if ".nbi." in n or ".nbc." in n], "a temporary file was left"
+
+
+def test_nothing_is_copied_without_a_shipped_index(tmp_path):
+    shipped, cache = tmp_path / "pkg" / "__pycache__", tmp_path / "user"
+    cache.mkdir()
+    assert not kernel_cache.seed(shipped, cache, BASE)      # no __pycache__ at all
+    _write(shipped, BASE + ".1.nbc", b"data whose index is gone")
+    assert not kernel_cache.seed(shipped, cache, BASE)
+    assert os.listdir(cache) == []
+
+
+def test_the_seeded_locator_stands_where_numbas_user_wide_one_did():
+    classes = caching.CacheImpl._locator_classes
+    assert kernel_cache.SeededUserWideCacheLocator in classes
+    assert caching.UserWideCacheLocator not in classes
+    assert classes.index(kernel_cache.SeededUserWideCacheLocator) > classes.index(caching.InTreeCacheLocator)
