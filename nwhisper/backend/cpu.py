@@ -103,28 +103,42 @@ class CpuBackend(Backend):
         """As Backend.weight_int8, without the full-precision matrix: every product reads the
         int8 rows, quantised from the checkpoint's own (f16) weights, the columns' scales
         applied in the quantiser. Many rows run on the int8 GEMM where it runs (gemm_int8.available, the rows
-        packed for it here), else on linear_elem with float activations, as do all products of
-        a matrix with quantized_rows=False (a decoder's prompt: at BLAS's speed, measured)."""
+        packed for it here), else on BLAS with the rows dequantised (_dequantized); a matrix with
+        quantized_rows=False (a decoder's) on linear_elem with float activations (a prompt's rows
+        at BLAS's speed, measured)."""
         w = Int8Weight(*quantize_int8(self, self.weight(a, gemv=True), columns), None)  # f16 bits
         if quantized_rows and gemm_int8.available() and w.shape[0] % gemm_int8.COLS == 0:
             w.packed = gemm_int8.PackedInt8(w.q, w.scale)
             w.keep_packed_only()
+        # The decoder's matrices stay on linear_elem for any number of rows, so that a row's sums
+        # are the same whether it is decoded alone or in a batch.
+        w.blas_rows = quantized_rows and not gemm_int8.available()
         return w
 
     def _on_body(self, x, w):
         """Whether gemm multiplies x by w with linear_elem (not BLAS, not the int8 GEMM)."""
         if isinstance(w, Int8Weight):
-            return x.shape[0] <= self.GEMV_ROWS or w.packed is None
+            return x.shape[0] <= self.GEMV_ROWS or (w.packed is None and not w.blas_rows)
         return w.dtype == np.uint16
+
+    def _dequantized(self, w):
+        """An Int8Weight's rows times their scales, float32, in a scratch matrix: a product of
+        many rows where the int8 GEMM does not run (no AVX-512 VNNI) is BLAS's on these. The
+        portable loop over the int8 rows took 3-4x BLAS's time for an encoder's 1500 rows (tiny.en
+        on an AVX2 CPU); dequantising costs a pass over the weights, ~1 % of the product's work."""
+        full = self.scratch("gemm.dequantized", w.shape)
+        self.host(np.multiply, w.q, w.scale[:, None], full)
+        return full
 
     def gemm_add(self, x, w, out, bias=None):
         """As Backend.gemm_add; on linear_elem and on BLAS (kernels/blas.py) the sum is added as
         it is stored (one launch)."""
         if self._on_body(x, w):
             self._linear_body(x, w, out, bias, accumulate=True)
-        elif isinstance(w, Int8Weight):
+        elif isinstance(w, Int8Weight) and w.packed is not None:
             super().gemm_add(x, w, out, bias)
         else:
+            w = self._dequantized(w) if isinstance(w, Int8Weight) else w
             self.host(blas.gemm, x, w, out, True, 1.0, True, bias)
 
     def gemm(self, x, w, out, bias=None, ln=None):
@@ -133,14 +147,15 @@ class CpuBackend(Backend):
         weight_int8(). f32 on BLAS in Numba's threads (kernels/blas.py; it matches or beats
         linear_elem from one row up, bench/kernels.py); f16 bits on linear_elem; int8 on
         linear_elem, or above GEMV_ROWS rows on the int8 GEMM (activations quantised per row)
-        when the weight was packed for it."""
+        when the weight was packed for it, else on BLAS dequantised (_dequantized)."""
         x = self.normalized(x, ln)
         if self._on_body(x, w):    # int8 rows, or f16 bits (weight(gemv=True))
             self._linear_body(x, w, out, bias)
             return
-        if isinstance(w, Int8Weight):
+        if isinstance(w, Int8Weight) and w.packed is not None:
             gemm_int8.gemm(x, w.packed, bias, out, self.scratch)
             return
+        w = self._dequantized(w) if isinstance(w, Int8Weight) else w
         if w.dtype != np.float32:
             raise TypeError(f"gemm: the weight is {w.dtype}; prepare it with be.weight() "
                             "(NumPy has no BLAS for it)")

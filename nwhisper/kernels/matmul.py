@@ -43,14 +43,14 @@ def linear_elem(o, x, w, scale, bias, out, n, n_in, accumulate):
 class Int8Weight:
     """A weight matrix as int8 rows with one f32 scale each (w ≈ q · scale[:, None]), and what
     products of many rows use: the same rows packed for the CPU's int8 GEMM (`packed`,
-    gemm_int8.PackedInt8) where it runs, else the full-precision matrix (`full`) for BLAS or the
-    GPU's GEMM.
+    gemm_int8.PackedInt8) where it runs, the rows dequantised for BLAS where it does not
+    (`blas_rows`: CpuBackend), else the full-precision matrix (`full`) for BLAS or the GPU's GEMM.
 
     Symmetric per-row scales (quantize_row): scale = max|w_row| / 127, so each row's largest
     weight is exact and the rounding error of any weight is at most scale / 2."""
 
-    def __init__(self, q, scale, full, packed=None):
-        self._q, self.scale, self.full, self.packed = q, scale, full, packed
+    def __init__(self, q, scale, full, packed=None, blas_rows=False):
+        self._q, self.scale, self.full, self.packed, self.blas_rows = q, scale, full, packed, blas_rows
         self.shape, self.dtype = q.shape, q.dtype
 
     @property

@@ -295,6 +295,44 @@ def test_int8_weights_use_the_int8_gemm_for_many_rows(be, rng):
         gemm_int8.PackedInt8(odd.q[:100], odd.scale[:100])
 
 
+def test_int8_weights_without_the_int8_gemm_run_many_rows_on_blas(rng, monkeypatch):
+    """Where the int8 GEMM cannot run (no AVX-512 VNNI: patched off here, so on every CPU), an int8
+    weight's products of many rows are BLAS's on its rows dequantised — NumPy's float32 product
+    with q·scale, as close as two float32 sums get — added into the output for linear_add; few
+    rows stay on linear_elem, and so does a decoder's matrix (quantized_rows=False: a row's sums
+    must not depend on how many rows are decoded with it)."""
+    from nwhisper.kernels import blas
+
+    monkeypatch.setattr(gemm_int8, "available", lambda: False)
+    calls = []
+    monkeypatch.setattr(blas, "gemm", lambda *a, gemm=blas.gemm: calls.append(a[1]) or gemm(*a))
+    be = backend.get("cpu")
+    none = np.zeros(0, np.float32)
+    x = rand(rng, 40, 96)
+    for w in (be.weight_int8(rand(rng, 128, 96)), be.weight_int8(rand(rng, 100, 96))):
+        assert w.packed is None and w.full is None and w.blas_rows
+        bias = rand(rng, w.shape[0])
+        want = x @ (w.q.astype(np.float32) * w.scale[:, None]).T + bias
+        out = np.empty((40, w.shape[0]), np.float32)
+        K.linear(be, x, w, bias, out)
+        check("int8 dequantised on BLAS", out, want, rtol=1e-5)
+        added = np.ones((40, w.shape[0]), np.float32)
+        K.linear_add(be, x, w, bias, added)
+        check("int8 dequantised on BLAS, added", added, want + 1, rtol=1e-5)
+        assert len(calls) == 2 and all(np.array_equal(c, w.q * w.scale[:, None]) for c in calls)
+        calls.clear()
+        few, body = np.empty((3, w.shape[0]), np.float32), np.empty((3, w.shape[0]), np.float32)
+        K.linear(be, x[:3], w, None, few)
+        be.launch(linear_elem, w.shape[0], x[:3], w.q, w.scale, none, body, 3, 96, False)
+        assert np.array_equal(few, body) and not calls
+    decoder = be.weight_int8(rand(rng, 128, 96), quantized_rows=False)
+    assert not decoder.blas_rows
+    got, body = np.empty((40, 128), np.float32), np.empty((40, 128), np.float32)
+    K.linear(be, x, decoder, None, got)
+    be.launch(linear_elem, 128, x, decoder.q, decoder.scale, none, body, 40, 96, False)
+    assert np.array_equal(got, body) and not calls
+
+
 def test_linear_into_row_slices(be, rng):
     x, w = rand(rng, 10, 16), be.weight(rand(rng, 8, 16))
     big = np.zeros((12, 8), np.float32)
