@@ -351,12 +351,12 @@ class Whisper:
         at = be.upload(np.array([pos], np.int32))   # kv_append's position
         for i, blk in enumerate(self.dec_blocks):
             qkv = self._qkv(blk, x, n)
-            q = be.columns(qkv, 0, width)   # a row of it is C-contiguous, as a step's q
             a = s.get("a", n, width)
-            for b in range(n):
+            for b in range(n):   # each row as _self_attention runs a row decoded alone: the same
+                # arrays (a row of qkv whole, the whole cache read up to `at`), so the same code
                 K.kv_append(be, qkv[b:b + 1], state.self_k[i][b], state.self_v[i][b], at)
-                K.attention(be, q[b:b + 1], state.self_k[i][b], state.self_v[i][b], a[b:b + 1],
-                            d.n_text_head, n_keys=pos + 1)
+                K.attention(be, qkv[b:b + 1], state.self_k[i][b], state.self_v[i][b], a[b:b + 1],
+                            d.n_text_head, causal=True, q_offset=pos, n_keys=pos + 1, at=at)
             blk.attn.out.add_to(be, a, x)
             self._cross_attention(blk, x, n, state, i, rows=state.row_cross)
             self._mlp(blk, x, n)

@@ -148,9 +148,17 @@ class Backend:
         self.launch(softmax_row, x.shape[0], x, x.shape[1], np.float32(scale), nq, causal,
                     q_offset, work=x.size)
 
+    # LayerNorm is shared out over threads from this many rows (an encoder's), never for a decoder
+    # step's few: a row's sums may round one way in the serial launcher and another in the
+    # parallel one (each vectorised on its own: seen on AVX2), and a row decoded in a batch of
+    # windows or beams must round as it does alone.
+    LAYERNORM_PARALLEL_ROWS = 64
+
     def layernorm(self, x, w, b, out, eps):
         """out = LayerNorm(x) row by row (kernels.norm.layernorm); the portable body here."""
-        self.launch(layernorm_row, x.shape[0], x, w, b, out, x.shape[1], eps, work=x.size)
+        rows = x.shape[0]
+        self.launch(layernorm_row, rows, x, w, b, out, x.shape[1], eps,
+                    work=x.size if rows >= self.LAYERNORM_PARALLEL_ROWS else 0)
 
     def attention_fast(self, q, k, v, out, p, causal, q_offset, at):
         """kernels.attention's product by this backend's own kernels; False where it has none

@@ -333,6 +333,21 @@ def test_int8_weights_without_the_int8_gemm_run_many_rows_on_blas(rng, monkeypat
     assert np.array_equal(got, body) and not calls
 
 
+def test_a_rows_layernorm_is_the_same_alone_and_among_a_decoders_rows(rng):
+    """A decoder step's rows (a batch of windows, beams) are normalised as one row alone is, bit
+    for bit: below LAYERNORM_PARALLEL_ROWS the launch stays serial (the parallel launcher rounds
+    a row's sums differently on some CPUs: on an AVX2 one, from 6 rows of 384)."""
+    be = backend.get("cpu")
+    x = rand(rng, be.LAYERNORM_PARALLEL_ROWS - 1, 384) * np.float32(3) + np.float32(1)
+    w, b = rand(rng, 384), rand(rng, 384)
+    alone = np.empty((1, 384), np.float32)
+    K.layernorm(be, x[:1], w, b, alone)
+    for n in (2, 6, 8, be.LAYERNORM_PARALLEL_ROWS - 1):
+        out = np.empty((n, 384), np.float32)
+        K.layernorm(be, x[:n], w, b, out)
+        assert np.array_equal(out[:1], alone), n
+
+
 def test_linear_into_row_slices(be, rng):
     x, w = rand(rng, 10, 16), be.weight(rand(rng, 8, 16))
     big = np.zeros((12, 8), np.float32)
