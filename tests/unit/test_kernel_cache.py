@@ -55,3 +55,38 @@ def test_the_seeded_locator_stands_where_numbas_user_wide_one_did():
     assert kernel_cache.SeededUserWideCacheLocator in classes
     assert caching.UserWideCacheLocator not in classes
     assert classes.index(kernel_cache.SeededUserWideCacheLocator) > classes.index(caching.InTreeCacheLocator)
+
+
+LOADED = """
+import json
+import sys
+import numpy as np
+from nwhisper import backend, kernels as K
+x = np.arange(8, dtype=np.float32).reshape(2, 4)
+out = np.empty_like(x)
+K.layernorm(backend.get("cpu"), x, np.ones(4, np.float32), np.zeros(4, np.float32), out)
+print(json.dumps(out.tolist()), "numba.np.linalg" in sys.modules)
+"""
+
+
+def test_a_kernel_loaded_from_the_cache_runs_without_numbas_compiler_registries(tmp_path):
+    """nwhisper's cached CPU kernels load without Numba refreshing its target context (the
+    registries a compilation needs: numba.np.linalg among the modules it imports): the process
+    that compiles imports them, the next one, loading the same kernels from the cache, does not —
+    and computes the same numbers (NumPy's LayerNorm of the rows, to float32 rounding)."""
+    import json
+    import subprocess
+    import sys
+
+    import numpy as np
+    from paths import env
+
+    e = env(NUMBA_CACHE_DIR=str(tmp_path / "cache"))
+    runs = [subprocess.run([sys.executable, "-c", LOADED], env=e, capture_output=True, text=True,
+                           check=True, timeout=300).stdout.rsplit(" ", 1) for _ in range(2)]
+    (compiled, registries_then), (loaded, registries_now) = runs
+    assert registries_then.strip() == "True" and registries_now.strip() == "False"
+    assert compiled == loaded
+    x = np.arange(8, dtype=np.float64).reshape(2, 4)
+    want = (x - x.mean(1, keepdims=True)) / np.sqrt(x.var(1, keepdims=True) + 1e-5)
+    assert np.allclose(np.array(json.loads(loaded)), want, rtol=1e-5, atol=1e-6)
