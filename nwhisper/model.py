@@ -274,6 +274,7 @@ class Whisper:
             raise ValueError(f"encode expects a (2·n, {d.n_mels}) log-mel with n in "
                              f"1..{d.n_audio_ctx}, got {tuple(mel.shape)}")
         mel = be.upload(np.require(mel, np.float32, ["C", "A"])) if isinstance(mel, np.ndarray) else mel
+        self._cross = None    # the last window's cross K/V: not held through this encoder pass
         c1 = s.get("conv1", n_frames, width)
         K.conv1d(be, mel, self.conv1_w, self.conv1_b, c1, 1)
         K.gelu(be, c1, c1)
@@ -302,11 +303,12 @@ class Whisper:
         width = d.n_text_state
         int8 = self.compute_type == "int8"
         shape = (enc.shape[0], 2 * width)
+        self._cross = None    # the last window's are let go before this one's are made
         ks, vs = [], []
         for w, b in self.cross_kv_w:
-            # int8 keeps its own copy, so one buffer serves every layer and window; a backend's
-            # heads() may keep the float32 product itself
-            kv = be.scratch("cross_kv", shape) if int8 else be.empty(shape, np.float32)
+            # int8 and a backend whose heads() copies keep their own copies, so the product is
+            # a short-lived array; another backend's heads() keeps the product itself
+            kv = be.workspace(shape) if int8 or be.HEADS_COPY else be.empty(shape, np.float32)
             K.linear(be, enc, w, b, kv)
             # int8: quantised per key / per channel (kernels.attention.Int8Heads), a quarter of
             # the bytes every decoder step reads; else in the layout the backend reads fastest.
@@ -473,7 +475,7 @@ class Whisper:
         loop, which LLVM vectorises only where out is not x (it cannot tell that the overlap is
         harmless)."""
         be, s = self.be, self.scratch
-        f = blk.fc1(be, x, s.get("f", n, blk.fc1.n_out), ln=blk.mlp_ln)
+        f = blk.fc1(be, x, be.workspace((n, blk.fc1.n_out)), ln=blk.mlp_ln)
         g = f if in_place else s.get("g", n, blk.fc1.n_out)
         K.gelu(be, f, g)
         blk.fc2.add_to(be, g, x)

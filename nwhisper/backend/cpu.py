@@ -161,6 +161,8 @@ class CpuBackend(Backend):
                             "(NumPy has no BLAS for it)")
         self.host(blas.gemm, x, w, out, True, 1.0, False, bias)
 
+    HEADS_COPY = True
+
     def heads(self, x, n_head):
         """Head-major (H, n, hd) copy of keys or values (n, H*hd): each head's rows contiguous,
         so one batched BLAS call per product reads them as a stream (a decoder step's

@@ -353,7 +353,7 @@ def attention_blas(be, q, k, v, out, n_head, p, causal, q_offset, int8=False):
         keys = np.zeros((wide, hd), np.float32)
         pad = np.zeros((wide,), np.float32)
         pad[nk:] = -np.inf
-    buf = np.empty((nq, wide if int8 else nk), np.float32) if p is None else None
+    buf = be.workspace((nq, wide if int8 else nk)) if p is None else None
     total = np.empty((nq, 1), np.float32)
     for h in range(n_head):
         cols = slice(h * hd, (h + 1) * hd)

@@ -53,7 +53,7 @@ def conv1d(be, x, w, b, out, stride):
     t_out = out_len(t_in, stride)
     if out.shape != (t_out, c_out):
         raise ValueError(f"conv1d: out is {out.shape}, expected {(t_out, c_out)}")
-    cols = be.scratch("conv1d.cols", (t_out, c_in * KERNEL_SIZE))
+    cols = be.workspace((t_out, c_in * KERNEL_SIZE))
     if be.on_host:
         im2col_numpy(x, cols, stride)
     else:
