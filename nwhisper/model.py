@@ -82,7 +82,8 @@ class _Linear:
     openai-whisper built its key projections with bias=False (a bias on the keys would add the
     same constant to every score of a query, which softmax cancels), so `b` is None there.
 
-    store: how W is kept — "full" (f32, for products of many rows: the encoder), "gemv" (the
+    store: how W is kept — "full" (for products of many rows, the encoder's: f32 where the
+    backend multiplies, be.weight_rows), "gemv" (the
     checkpoint's f16 kept where the backend reads it at the point of use: decoding's few-row
     products, memory-bound), "int8" (int8 rows with per-row scales, kernels.matmul.Int8Weight:
     the encoder's, whose activations the CPU's int8 GEMM may quantise per row) or "int8-gemv"
@@ -98,7 +99,7 @@ class _Linear:
         if store.startswith("int8"):
             self.w = be.weight_int8(w, quantized_rows=store == "int8", columns=self.columns)
         else:
-            self.w = be.weight(w, gemv=store == "gemv")
+            self.w = be.weight_rows(w) if store == "full" else be.weight(w, gemv=True)
         self.b = None if b is None else be.upload(b)
         self.n_out = w.shape[0]
 
@@ -198,7 +199,8 @@ class Scratch:
 class Whisper:
     """A Whisper model's weights on a backend, with `encode` and `decode`.
 
-    compute_type "float32": the encoder's matrices are f32 for BLAS; the decoder's (and the tied
+    compute_type "float32": the encoder's matrices multiply in f32 on BLAS (the CPU keeps them in
+    the checkpoint's f16 and widens each for its product: be.weight_rows); the decoder's (and the tied
     token embedding) stay in the checkpoint's precision where the backend reads it at the point
     of use (f16: half the bytes of a memory-bound decoder step, the same values).
 
@@ -253,7 +255,8 @@ class Whisper:
         for i in range(d.n_text_layer):
             w, b = _stacked(ck, [(f"model.decoder.layers.{i}.encoder_attn.{proj}", proj == "v_proj")
                                  for proj in ("k_proj", "v_proj")])
-            self.cross_kv_w.append(((be.weight_int8 if int8 else be.weight)(_host(w)), be.upload(b)))
+            self.cross_kv_w.append((be.weight_int8(_host(w)) if int8 else be.weight_rows(w),
+                                    be.upload(b)))
             ck.release_pages(f"model.decoder.layers.{i}.encoder_attn.")
         self._cross = None  # (enc, cross_k, cross_v) of the last window
         self.scratch = Scratch(be)

@@ -93,6 +93,12 @@ class Backend:
     # full matrix's on CUDA.
     GEMV_ROWS = 8
 
+    def weight_rows(self, a):
+        """A matrix that only products of many rows multiply (an encoder's, compute_type
+        float32): as weight(a) here; a backend may keep it in the checkpoint's precision and
+        widen it for each product instead (the CPU's HalfRows)."""
+        return self.weight(a)
+
     def table(self, a):
         """A matrix only looked up a few rows at a time by embed (an int8 model's token
         embedding, whose int8 copy is the output projection), in the checkpoint's precision."""

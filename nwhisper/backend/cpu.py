@@ -1,8 +1,8 @@
 """CpuBackend: arrays are NumPy arrays; a kernel body runs as a Numba parallel loop; GEMMs run on
 BLAS, called from Numba's own threads (kernels/blas.py: one thread pool). Numba has no float16
-on the CPU and NumPy no float16 BLAS, so f16 data is widened to f32 once, when it is uploaded or
-prepared as a weight (or read as f16 bits by the decoder's GEMV). A decoder step is replayed as
-the list of calls it made.
+on the CPU and NumPy no float16 BLAS, so f16 data is widened to f32: once, when it is uploaded or
+prepared as a weight; for each product, an encoder's matrices (HalfRows); or as it is read, as
+f16 bits, by the decoder's GEMV. A decoder step is replayed as the list of calls it made.
 """
 
 import os
@@ -13,6 +13,17 @@ from nwhisper.kernels import blas, gemm_int8
 from nwhisper.kernels.matmul import Int8Weight, quantize_int8
 from nwhisper.kernels.widen import to_float32
 from nwhisper.backend.base import Backend
+
+
+class HalfRows:
+    """A float16 matrix that products of many rows multiply on BLAS (a float32 encoder's): its
+    bits, where the checkpoint holds them, widened into a scratch matrix for each product (the
+    same float32 values). Half the memory of a float32 copy, which a large model's encoder
+    feels (large-v3's: 1.3 GB), for a pass over the weights per product: ~1 % of the work of
+    an encoder's 1500 rows."""
+
+    def __init__(self, bits):
+        self.bits, self.shape, self.dtype = bits, bits.shape, np.dtype(np.float16)
 
 
 _ENTRIES = {}   # CpuBackend._entry's choices, by (dispatcher, its arguments' _signature)
@@ -92,6 +103,12 @@ class CpuBackend(Backend):
             return to_float32(a)
         return np.require(a, np.float32, ("C", "A"))
 
+    def weight_rows(self, a):
+        """As Backend.weight_rows: float16 kept as HalfRows (read in place where it is aligned),
+        anything else as weight(a)."""
+        a = np.asarray(a)
+        return HalfRows(self.weight(a, gemv=True)) if a.dtype == np.float16 else self.weight(a)
+
     def table(self, a):
         """As Backend.table, read where it lies, aligned or not (Numba reads unaligned arrays; a
         CT2 file's tensors often are): a memory-mapped tensor is not copied, so only the rows
@@ -103,7 +120,7 @@ class CpuBackend(Backend):
         """As Backend.weight_int8, without the full-precision matrix: every product reads the
         int8 rows, quantised from the checkpoint's own (f16) weights, the columns' scales
         applied in the quantiser. Many rows run on the int8 GEMM where it runs (gemm_int8.available, the rows
-        packed for it here), else on BLAS with the rows dequantised (_dequantized); a matrix with
+        packed for it here), else on BLAS with the rows dequantised (_full); a matrix with
         quantized_rows=False (a decoder's) on linear_elem with float activations (a prompt's rows
         at BLAS's speed, measured)."""
         w = Int8Weight(*quantize_int8(self, self.weight(a, gemv=True), columns), None)  # f16 bits
@@ -121,13 +138,20 @@ class CpuBackend(Backend):
             return x.shape[0] <= self.GEMV_ROWS or (w.packed is None and not w.blas_rows)
         return w.dtype == np.uint16
 
-    def _dequantized(self, w):
-        """An Int8Weight's rows times their scales, float32, in a scratch matrix: a product of
-        many rows where the int8 GEMM does not run (no AVX-512 VNNI) is BLAS's on these. The
-        portable loop over the int8 rows took 3-4x BLAS's time for an encoder's 1500 rows (tiny.en
-        on an AVX2 CPU); dequantising costs a pass over the weights, ~1 % of the product's work."""
-        full = self.scratch("gemm.dequantized", w.shape)
-        self.host(np.multiply, w.q, w.scale[:, None], full)
+    def _full(self, w):
+        """The float32 matrix that BLAS multiplies by: a HalfRows' widened, an Int8Weight's rows
+        times their scales (a product of many rows where the int8 GEMM does not run, no AVX-512
+        VNNI: the portable loop over the int8 rows took 3-4x BLAS's time for an encoder's 1500
+        rows, tiny.en on an AVX2 CPU), each in a scratch matrix, a pass over the weights that
+        costs ~1 % of the product's work; any other weight as it is."""
+        if isinstance(w, HalfRows):
+            full = self.scratch("gemm.full", w.shape)
+            self.host(to_float32, w.bits, full)
+        elif isinstance(w, Int8Weight):
+            full = self.scratch("gemm.full", w.shape)
+            self.host(np.multiply, w.q, w.scale[:, None], full)
+        else:
+            full = w
         return full
 
     def gemm_add(self, x, w, out, bias=None):
@@ -138,8 +162,7 @@ class CpuBackend(Backend):
         elif isinstance(w, Int8Weight) and w.packed is not None:
             super().gemm_add(x, w, out, bias)
         else:
-            w = self._dequantized(w) if isinstance(w, Int8Weight) else w
-            self.host(blas.gemm, x, w, out, True, 1.0, True, bias)
+            self.host(blas.gemm, x, self._full(w), out, True, 1.0, True, bias)
 
     def gemm(self, x, w, out, bias=None, ln=None):
         """out[n, o] = x[n, i] @ w[o, i].T (+ bias[o]), of LayerNorm(x) when ln = (w, b, eps) is
@@ -147,7 +170,8 @@ class CpuBackend(Backend):
         weight_int8(). f32 on BLAS in Numba's threads (kernels/blas.py; it matches or beats
         linear_elem from one row up, bench/kernels.py); f16 bits on linear_elem; int8 on
         linear_elem, or above GEMV_ROWS rows on the int8 GEMM (activations quantised per row)
-        when the weight was packed for it, else on BLAS dequantised (_dequantized)."""
+        when the weight was packed for it, else on BLAS dequantised (_full); a HalfRows on
+        BLAS, widened (_full)."""
         x = self.normalized(x, ln)
         if self._on_body(x, w):    # int8 rows, or f16 bits (weight(gemv=True))
             self._linear_body(x, w, out, bias)
@@ -155,7 +179,7 @@ class CpuBackend(Backend):
         if isinstance(w, Int8Weight) and w.packed is not None:
             gemm_int8.gemm(x, w.packed, bias, out, self.scratch)
             return
-        w = self._dequantized(w) if isinstance(w, Int8Weight) else w
+        w = self._full(w)
         if w.dtype != np.float32:
             raise TypeError(f"gemm: the weight is {w.dtype}; prepare it with be.weight() "
                             "(NumPy has no BLAS for it)")

@@ -21,7 +21,7 @@ whole K loop, its epilogue fused) is written as LLVM IR in a Numba intrinsic; ev
 around it is ordinary Numba. This is a CPU fast path, tested against NumPy's exact integer product
 of the same quantised matrices and against linear_elem (the portable body) within the rounding
 the activations add. Without AVX-512 VNNI (or with Numba compiling for another CPU) int8's
-many-row products fall back to float32 BLAS, on the int8 rows dequantised (CpuBackend._dequantized).
+many-row products fall back to float32 BLAS, on the int8 rows dequantised (CpuBackend._full).
 """
 
 import functools

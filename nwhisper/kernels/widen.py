@@ -61,11 +61,12 @@ def _widen_flat(bits, out):
             out[i] = _half_bits(bits[i])
 
 
-def to_float32(a):
-    """A new C-contiguous float32 copy of float16 array `a` (contiguous, aligned or not: a
-    memory-mapped checkpoint's tensor is read where it lies), widened exactly on Numba's threads:
-    loading a large float32 encoder is this, some 600 M weights, and NumPy's cast runs on one."""
-    out = np.empty(a.shape, np.float32)
+def to_float32(a, out=None):
+    """A C-contiguous float32 copy of float16 array `a` (contiguous, aligned or not: a
+    memory-mapped checkpoint's tensor is read where it lies), widened exactly on Numba's threads
+    (a large float32 encoder's 600 M weights are this, and NumPy's cast runs on one), into `out`
+    (C-contiguous, a.size) where given, else a new array."""
+    out = np.empty(a.shape, np.float32) if out is None else out
     if not _widen_flat.signatures:
         # one compilation for every argument's flags (read-only and unaligned accept the rest)
         _widen_flat.compile((types.Array(types.uint16, 1, "C", readonly=True, aligned=False),

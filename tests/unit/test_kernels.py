@@ -682,6 +682,51 @@ def test_zeros_upload_download(be, rng):
     assert be.weight(x) is x
 
 
+@pytest.mark.parametrize("aligned", [True, False])
+def test_an_encoders_float16_matrix_is_kept_as_it_lies_and_multiplies_as_its_float32_copy(be, rng, aligned):
+    """weight_rows (a float32 model's encoder matrices): a float16 matrix is kept as its bits,
+    read where it lies when aligned (a copy of the bits where not: Numba's BLAS loops refuse
+    unaligned arrays), and widened for each product: the products, plain and added, equal
+    those with weight()'s float32 copy bit for bit, for one row and for an encoder's many."""
+    from nwhisper.backend.cpu import HalfRows
+
+    w16 = rand(rng, 96, 64, dtype=np.float16)
+    if not aligned:
+        raw = np.zeros(w16.nbytes + 1, np.uint8)
+        w16 = raw[1:].view(np.float16).reshape(w16.shape)
+        w16[:] = rand(rng, 96, 64, dtype=np.float16)
+    w16.flags.writeable = False
+    half, full = be.weight_rows(w16), be.weight(w16)
+    assert isinstance(half, HalfRows) and half.shape == w16.shape
+    assert np.shares_memory(half.bits, w16) == aligned
+    bias = rand(rng, 96)
+    for n in (1, 300):
+        x = rand(rng, n, 64)
+        got, want = np.empty((n, 96), np.float32), np.empty((n, 96), np.float32)
+        K.linear(be, x, half, bias, got)
+        K.linear(be, x, full, bias, want)
+        assert np.array_equal(got, want), n
+        K.linear_add(be, x, half, bias, got)
+        K.linear_add(be, x, full, bias, want)
+        assert np.array_equal(got, want), n
+    f32 = rand(rng, 8, 4)
+    assert be.weight_rows(f32) is be.weight(f32)
+
+
+def test_the_workspace_is_one_buffer_grown_to_the_size_asked():
+    """Backend.workspace: the short-lived arrays of different ops are views of one buffer, which
+    grows to exactly the largest size asked (not geometrically, as scratch buffers do)."""
+    from nwhisper.backend.cpu import CpuBackend
+
+    be = CpuBackend()   # a workspace of its own
+    a = be.workspace((30, 7))
+    b = be.workspace((4, 5))
+    assert np.shares_memory(a, b)
+    c = be.workspace((1000, 33))
+    assert c.shape == (1000, 33) and c.base.size == 1000 * 33
+    assert np.shares_memory(c, be.workspace((30, 7)))
+
+
 def test_scratch_is_reused_and_grows(be):
     a = be.scratch("test.scratch", (4, 5))
     b = be.scratch("test.scratch", (2, 3))
