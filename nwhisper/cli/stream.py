@@ -3,7 +3,6 @@ would (real time by default), and print what comes back as it comes."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import sys
 
@@ -13,6 +12,8 @@ import click
 def stream(url, audio, pace, partials, pause, lang, token, as_json):
     """Stream AUDIO to the live WebSocket at URL (ws://HOST:PORT/stream or wss://…) and print
     its finals (and drafts with --partials) as they arrive."""
+    import asyncio   # here, not at the top: every other command would pay for its import
+
     from ..io.audio import AudioError, load_audio
     from ..server.client import stream as run
 
