@@ -438,7 +438,7 @@ class Whisper:
             q = blk.attn.q(be, h, s.get("q", n, width))
             k = blk.attn.k(be, h, s.get("k", n, width))
             v = blk.attn.v(be, h, s.get("v", n, width))
-            a = s.get("a", n, width)
+            a = h    # LN(x) is spent once q, k and v are made: the output takes its rows
             K.attention(be, q, k, v, a, heads, weights=False, int8=self.compute_type == "int8")
         else:
             state, i, tokens = cache
@@ -472,13 +472,18 @@ class Whisper:
         return p
 
     def _mlp(self, blk, x, n, in_place=False):
-        """x += fc2(GELU(fc1(LN(x)))). in_place: the GELU overwrites fc1's output (the encoder's
-        1500 rows, where a second 9 MB buffer costs more memory traffic than it saves); else it
-        goes to another buffer, because a decoder's launch is small enough to run as a serial
-        loop, which LLVM vectorises only where out is not x (it cannot tell that the overlap is
-        harmless)."""
+        """x += fc2(GELU(fc1(LN(x)))), fc1's output in the backend's workspace. in_place (the
+        encoder's 1500 rows): LN(x) goes to the rows the attention's LN(x) had, and the GELU
+        overwrites fc1's output, where a second 9 MB buffer would cost more memory traffic than
+        it saves. Else gemm normalises x (in its product, where it can), and the GELU writes
+        another buffer: a decoder's launch is small enough to run as a serial loop, which LLVM
+        vectorises only where out is not x (it cannot tell that the overlap is harmless)."""
         be, s = self.be, self.scratch
-        f = blk.fc1(be, x, be.workspace((n, blk.fc1.n_out)), ln=blk.mlp_ln)
+        f = be.workspace((n, blk.fc1.n_out))
+        if in_place:
+            blk.fc1(be, blk.mlp_ln(be, x, s.get("h", n, x.shape[1])), f)
+        else:
+            blk.fc1(be, x, f, ln=blk.mlp_ln)
         g = f if in_place else s.get("g", n, blk.fc1.n_out)
         K.gelu(be, f, g)
         blk.fc2.add_to(be, g, x)
