@@ -713,6 +713,23 @@ def test_an_encoders_float16_matrix_is_kept_as_it_lies_and_multiplies_as_its_flo
     assert be.weight_rows(f32) is be.weight(f32)
 
 
+def test_the_hosts_fft_a_block_of_frames_at_a_time_is_one_calls_bit_for_bit(be, rng):
+    """stft_power on the host runs NumPy's FFT on HOST_FFT_FRAMES frames at a time (its
+    temporaries stay small): every frame's power equals the one-call FFT's, for fewer frames than
+    a block, whole blocks and a partial last block."""
+    from nwhisper.kernels import spectral
+
+    n_fft, hop, block = 400, 160, spectral.HOST_FFT_FRAMES
+    window = np.hanning(n_fft + 1)[:-1]
+    for frames in (3, 2 * block, 2 * block + 37):
+        signal = rand(rng, (frames - 1) * hop + n_fft)
+        power = np.empty((frames, n_fft // 2 + 1))
+        spectral.stft_power(be, signal, window, None, None, power, hop)
+        x = np.lib.stride_tricks.sliding_window_view(signal, n_fft)[::hop][:frames] * window
+        spec = np.fft.rfft(x, axis=1)
+        assert np.array_equal(power, spec.real ** 2 + spec.imag ** 2), frames
+
+
 def test_the_workspace_is_one_buffer_grown_to_the_size_asked():
     """Backend.workspace: the short-lived arrays of different ops are views of one buffer, which
     grows to exactly the largest size asked (not geometrically, as scratch buffers do)."""
