@@ -13,7 +13,8 @@ them on small checkpoints of the same layouts).
 
 Each system × compute type runs in a fresh subprocess with 2 threads, after one unrecorded run of
 each (Numba's kernel cache and the page cache warm): load (s), RSS after load
-(MiB: VmRSS; and VmHWM, the peak), the encoder on a random log-mel (one warm-up window, then the
+(MiB: VmRSS; and VmHWM, the peak), again at the end (after the encoder and decoder ran: a
+model's memory that loading let go and using brings back counts there), the encoder on a random log-mel (one warm-up window, then the
 median of --windows), and the decoder's ms per token after a 64-token prompt (nwhisper: the
 median of 31 single-token Whisper.decode steps at positions 65…95; faster-whisper, whose decoder
 step is not exposed alone: generate on the same encoder output with two max_length values, the
@@ -85,6 +86,7 @@ else:
     extra = long[1] - short[1]
     out["step_ms"] = (long[0] - short[0]) / extra * 1e3 if extra > 0 else None
     out["tokens"] = [short[1], long[1]]
+out["end_rss_mib"], out["end_hwm_mib"] = rss()
 print("LARGE-JSON " + json.dumps(out))
 """
 
@@ -151,7 +153,8 @@ def main():
     os.makedirs(args.work, exist_ok=True)
     rows = [("load s", "load_s", "{:.2f}"), ("RSS after load MiB", "rss_mib", "{:.0f}"),
             ("peak RSS MiB", "hwm_mib", "{:.0f}"), ("encoder s/window", "encoder_s", "{:.2f}"),
-            ("decoder ms/token @64", "step_ms", "{:.1f}")]
+            ("decoder ms/token @64", "step_ms", "{:.1f}"),
+            ("RSS at the end MiB", "end_rss_mib", "{:.0f}"), ("peak RSS at the end MiB", "end_hwm_mib", "{:.0f}")]
     for name in args.models.split(","):
         ct2 = make(name, args.work, args.peer_python)
         for compute in args.computes.split(","):
