@@ -8,7 +8,7 @@ from ..records import TranscribeOptions
 compute_type_option = click.option(
     "--compute-type", type=click.Choice(COMPUTE_TYPES), default="float32", show_default=True,
     help="int8 (as CTranslate2's): int8 weights with per-row scales and int8 cross-attention "
-         "K/V; the encoder's products on an int8 GEMM where the CPU has AVX-512 VNNI. Faster; "
+         "K/V; the encoder's products on an int8 GEMM (AVX-512 VNNI or AVX2). Faster; "
          "transcripts checked against float32's, which is HF's word for word")
 
 max_tokens_option = click.option(

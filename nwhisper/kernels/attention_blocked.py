@@ -34,7 +34,6 @@ import math
 import llvmlite.binding as llvm
 import numpy as np
 from numba import njit, prange, types
-from numba.core import config
 from numba.extending import intrinsic
 
 from nwhisper.kernels import gemm_int8
@@ -50,9 +49,9 @@ FIXED = 2.0 ** 40   # the fixed point a row's total is summed in (_exp_row)
 
 @functools.cache
 def available():
-    """True where gemm_int8 runs and the CPU also has AVX-512 BF16 (vdpbf16ps)."""
-    return gemm_int8.available() and llvm.get_host_cpu_features().get("avx512bf16", False) \
-        and config.CPU_NAME in (None, "host")
+    """True where gemm_int8's tile is VNNI's (the queries are quantised with its offset of 128)
+    and the CPU also has AVX-512 BF16 (vdpbf16ps)."""
+    return gemm_int8.isa() == "avx512vnni" and llvm.get_host_cpu_features().get("avx512bf16", False)
 
 
 @intrinsic
@@ -76,8 +75,8 @@ def _values_tile(typingctx, p_addr, ldp, v_addr, k2, out_addr, ldo, rows, inv_ad
         c = lambda v: ir.Constant(i64, v)  # noqa: E731
         ptr = lambda addr, t: builder.inttoptr(addr, t.as_pointer())  # noqa: E731
 
-        sums = L.broadcast_tile(builder, dot, ir.Constant(f16x, None), ptr(p_addr, i8), ldp,
-                                ptr(v_addr, i8), k2, 4 * HD, ROWS, vecs, "values")
+        sums = L.broadcast_tile(builder, lambda *a: builder.call(dot, a), ir.Constant(f16x, None),
+                                ptr(p_addr, i8), ldp, ptr(v_addr, i8), k2, 4 * HD, ROWS, vecs, "values")
 
         out_p, inv_p = ptr(out_addr, f32), ptr(inv_addr, f32)
         end = builder.append_basic_block("values.end")
@@ -233,7 +232,7 @@ def attention(be, q, k, v, out, n_head):
     wide = -(-nk // gemm_int8.COLS) * gemm_int8.COLS
     xq = be.scratch("blocked.xq", ((nq + BLOCK) * n_head, HD), np.uint8)
     sx = be.scratch("blocked.sx", (nq * n_head,), np.float32)
-    gemm_int8.quantize_rows(np.require(q, np.float32, "C").reshape(nq * n_head, HD), xq, sx)
+    gemm_int8.quantize_rows(np.require(q, np.float32, "C").reshape(nq * n_head, HD), xq, sx, 128)
     kq, k_scale = quantize_int8(be, np.require(k, np.float32, "C").reshape(nk * n_head, HD))
     panels = be.scratch("blocked.panels", (n_head, wide // gemm_int8.COLS, HD // 4, 4, 16, 4), np.int8)
     shift = be.scratch("blocked.shift", (n_head, wide), np.int32)

@@ -1,27 +1,32 @@
-"""The CPU's int8 GEMM for many rows: the role BLAS plays for float32, on AVX-512 VNNI.
+"""The CPU's int8 GEMM for many rows: the role BLAS plays for float32, on AVX-512 VNNI or AVX2.
 
 `compute_type="int8"` keeps every linear layer's weights as int8 rows with per-row scales
 (matmul.Int8Weight). A decoder step's few rows read them with the portable GEMV (linear_elem);
 the encoder's 1500 rows, the window's cross K/V and a prompt's rows come here: the activations
-are quantised per row too, and the products of the two int8 matrices are summed in int32 by
-`vpdpbusd`, which multiplies 4 pairs of bytes and adds them to a 32-bit lane — 64 multiply-adds
-per instruction, against 16 for a float32 FMA.
+are quantised per row too, and the products of the two int8 matrices are summed exactly in int32,
+4 pairs of bytes into each 32-bit lane — by `vpdpbusd` (AVX-512 VNNI: 64 multiply-adds per
+instruction, against 16 for a float32 FMA), or on AVX2 by `vpmaddubsw` and `vpmaddwd` (32 in
+two multiplies, against 8 for an FMA).
 
-    x (M, K) f32 ──quantize_rows──► xq (Mp, Kp) u8 = round(x / sx) + 128,  sx = max|x_row| / 127
+    x (M, K) f32 ──quantize_rows──► xq (Mp, Kp) u8 = round(x / sx) + o,  sx = max|x_row| / 127
     w (N, K) int8 ──pack──────────► (N/64, Kp/4, 4, 16, 4): for each 64 output columns and each
                                     4 inputs, 256 contiguous bytes = four 16-lane vectors
-    out[m, n] = sx[m] · sw[n] · (Σ xq·w − 128 · Σ_k w[n, k]) + bias[n]
+    out[m, n] = sx[m] · sw[n] · (Σ xq·w − o · Σ_k w[n, k]) + bias[n]        o = offset()
 
-Why the +128: vpdpbusd multiplies an *unsigned* byte by a signed one, so the activations are
-shifted into 0…255 and the shift's contribution, 128 · (column sum of w), is taken off again
-(computed once per weight). No lane can overflow: 255 · 127 · K < 2³¹ for any K below 66 000.
+Why VNNI's offset of 128: vpdpbusd multiplies an *unsigned* byte by a signed one, so the
+activations are shifted into 0…255 and the shift's contribution, 128 · (column sum of w), is
+taken off again (computed once per weight). No lane can overflow: 255 · 127 · K < 2³¹ for any K
+below 66 000. AVX2's vpmaddubsw sums its pairs in int16, which shifted activations would
+saturate; it reads them signed (offset 0) and multiplies |x| by w with x's sign (_avx2_dot).
+Either way the int32 sums are the exact integer product, so both give the same floats.
 
-Numba has no vector types, so the micro-kernel (4 rows × 64 columns in 16 vector registers, the
-whole K loop, its epilogue fused) is written as LLVM IR in a Numba intrinsic; everything
-around it is ordinary Numba. This is a CPU fast path, tested against NumPy's exact integer product
-of the same quantised matrices and against linear_elem (the portable body) within the rounding
-the activations add. Without AVX-512 VNNI (or with Numba compiling for another CPU) int8's
-many-row products fall back to float32 BLAS, on the int8 rows dequantised (CpuBackend._full).
+Numba has no vector types, so the micro-kernel (4 rows × 64 columns, the whole K loop, its
+epilogue fused) is written as LLVM IR in a Numba intrinsic, built for the instruction set
+isa() finds; everything around it is ordinary Numba. This is a CPU fast path, tested against
+NumPy's exact integer product of the same quantised matrices and against linear_elem (the
+portable body) within the rounding the activations add. Without either (or with Numba compiling
+for another CPU) int8's many-row products fall back to float32 BLAS, on the int8 rows
+dequantised (CpuBackend._full).
 """
 
 import functools
@@ -40,22 +45,78 @@ ROWS = 4        # rows of x per micro-tile
 VECS = 4        # 16-lane vectors of output columns per micro-tile: 64 columns
 COLS = 16 * VECS
 CHUNK = 64      # rows per parallel item
+SUB_VECS = 2    # vectors per AVX2 sub-tile: ROWS × 2 accumulators of 8 lanes
+
+
+def supported():
+    """The instruction sets this CPU can build the micro-tile from, fastest first:
+    "avx512vnni" (vpdpbusd), "avx2" (vpmaddubsw and vpmaddwd); none where Numba compiles for
+    another CPU (e.g. NUMBA_CPU_NAME=generic for portable caches)."""
+    if config.CPU_NAME not in (None, "host"):
+        return ()
+    features = llvm.get_host_cpu_features()
+    vnni = all(features.get(f, False) for f in ("avx512f", "avx512bw", "avx512vnni"))
+    return ("avx512vnni",) * vnni + ("avx2",) * features.get("avx2", False)
 
 
 @functools.cache
+def isa():
+    """The instruction set the micro-tile is built from here (the first of supported()), or None."""
+    return next(iter(supported()), None)
+
+
 def available():
-    """True when Numba compiles for this machine's CPU and it has AVX-512 VNNI."""
-    if config.CPU_NAME not in (None, "host"):   # e.g. NUMBA_CPU_NAME=generic for portable caches
-        return False
-    features = llvm.get_host_cpu_features()
-    return all(features.get(f, False) for f in ("avx512f", "avx512bw", "avx512vnni"))
+    """True where the int8 GEMM runs (isa())."""
+    return isa() is not None
+
+
+def offset():
+    """What quantize_rows adds to the activations for this machine's micro-tile: 128 for
+    vpdpbusd (unsigned bytes), 0 for AVX2's (signed bytes)."""
+    return 128 if isa() == "avx512vnni" else 0
+
+
+def _vnni_dot(builder, acc, a4, b):
+    """acc + vpdpbusd: each 32-bit lane gains the 4 products of a4's u8 bytes and b's s8."""
+    from llvmlite import ir
+    v16 = ir.VectorType(ir.IntType(32), 16)
+    dot = L.declare(builder, "llvm.x86.avx512.vpdpbusd.512", v16, [v16, v16, v16])
+    return builder.call(dot, [acc, a4, b])
+
+
+def _avx2_dot(builder, acc, a4, b):
+    """acc + the same 4 products a lane, on AVX2, of a4's *signed* bytes (offset() is 0) and
+    b's: vpmaddubsw multiplies an unsigned byte by a signed one and adds pairs into int16, where
+    255 · 127 · 2 would saturate, so it multiplies |x| by b with x's sign (vpsignb), at most
+    127 · 127 · 2; vpmaddwd by ones adds the pairs into the 32-bit lane. The sums carry no
+    128 · Σw to take off."""
+    from llvmlite import ir
+    i8, i16, i32 = ir.IntType(8), ir.IntType(16), ir.IntType(32)
+    b32, h16, v8 = ir.VectorType(i8, 32), ir.VectorType(i16, 16), ir.VectorType(i32, 8)
+    x = builder.bitcast(a4, b32)
+    ax = builder.call(L.declare(builder, "llvm.abs.v32i8", b32, [b32, ir.IntType(1)]),
+                      [x, ir.Constant(ir.IntType(1), 0)])
+    signed = builder.call(L.declare(builder, "llvm.x86.avx2.psign.b", b32, [b32, b32]),
+                          [builder.bitcast(b, b32), x])
+    pairs = builder.call(L.declare(builder, "llvm.x86.avx2.pmadd.ub.sw", h16, [b32, b32]),
+                         [ax, signed])
+    lanes = builder.call(L.declare(builder, "llvm.x86.avx2.pmadd.wd", v8, [h16, h16]),
+                         [pairs, ir.Constant(h16, [1] * 16)])
+    return builder.add(acc, lanes)
+
+
+# Per instruction set: lanes per vector, the dot, and the vectors of a sub-tile: a tile's
+# ROWS × COLS sums are summed in sub-tiles of ROWS rows, one K loop after the other, each small
+# enough for the 16 vector registers (AVX2's 32 accumulators of 8 lanes would spill).
+_SHAPES = {"avx512vnni": (16, _vnni_dot, VECS), "avx2": (8, _avx2_dot, SUB_VECS)}
 
 
 @intrinsic
 def _tile(typingctx, x_addr, ldx, w_addr, k4, out_addr, ldo, rows, sx_addr, shift_addr, sw_addr,
           bias_addr):
     """One micro-tile, epilogue fused: for r < rows (≤ ROWS) and c < COLS,
-    out[r, c] = f32(Σ_k4 dot4(x[r, 4k:4k+4], panel) − shift[c]) · sx[r] · sw[c] + bias[c].
+    out[r, c] = f32(Σ_k4 dot4(x[r, 4k:4k+4], panel) − shift[c]) · sx[r] · sw[c] + bias[c]
+    (on AVX2 the sums come without the shift: _avx2_dot).
 
     x_addr: u8 row 0 of the tile (row stride ldx bytes); w_addr: the weight panel; out_addr:
     f32 out[0, 0] of the tile (row stride ldo floats); sx_addr: the rows' scales; shift_addr
@@ -67,30 +128,41 @@ def _tile(typingctx, x_addr, ldx, w_addr, k4, out_addr, ldo, rows, sx_addr, shif
         from llvmlite import ir
         x_addr, ldx, w_addr, k4, out_addr, ldo, rows, sx_addr, shift_addr, sw_addr, bias_addr = args
         i8, i32, i64, f32 = ir.IntType(8), ir.IntType(32), ir.IntType(64), ir.FloatType()
-        v16, f16x = ir.VectorType(i32, 16), ir.VectorType(f32, 16)
-        dot = L.declare(builder, "llvm.x86.avx512.vpdpbusd.512", v16, [v16, v16, v16])
+        kind = isa()
+        lanes, dot, sub_vecs = _SHAPES[kind]
+        vi, vf = ir.VectorType(i32, lanes), ir.VectorType(f32, lanes)
+        vecs = COLS // lanes
         c = lambda v: ir.Constant(i64, v)  # noqa: E731
         ptr = lambda addr, t: builder.inttoptr(addr, t.as_pointer())  # noqa: E731
 
-        sums = L.broadcast_tile(builder, dot, ir.Constant(v16, None), ptr(x_addr, i8), ldx,
-                                ptr(w_addr, i8), k4, 4 * COLS, ROWS, VECS, "tile")
+        sums = [None] * (ROWS * vecs)     # row-major
+        for j0 in range(0, vecs, sub_vecs):
+            w_at = builder.gep(ptr(w_addr, i8), [c(4 * lanes * j0)])  # vector j0 of the panel
+            part = L.broadcast_tile(builder, functools.partial(dot, builder), ir.Constant(vi, None),
+                                    ptr(x_addr, i8), ldx, w_at, k4, 4 * COLS, ROWS, sub_vecs,
+                                    f"tile{j0}")
+            for r in range(ROWS):
+                sums[r * vecs + j0:r * vecs + j0 + sub_vecs] = part[r * sub_vecs:(r + 1) * sub_vecs]
 
         shift_p, sw_p, bias_p = ptr(shift_addr, i32), ptr(sw_addr, f32), ptr(bias_addr, f32)
-        shift = [builder.load(L.vector_at(builder, shift_p, c(16 * j), v16), align=4) for j in range(VECS)]
-        sw = [builder.load(L.vector_at(builder, sw_p, c(16 * j), f16x), align=4) for j in range(VECS)]
-        bias = [builder.load(L.vector_at(builder, bias_p, c(16 * j), f16x), align=4) for j in range(VECS)]
+        vectors = lambda p, t: [builder.load(L.vector_at(builder, p, c(lanes * j), t), align=4)  # noqa: E731
+                                for j in range(vecs)]
+        shift, sw, bias = vectors(shift_p, vi), vectors(sw_p, vf), vectors(bias_p, vf)
         out_p, sx_p = ptr(out_addr, f32), ptr(sx_addr, f32)
         end = builder.append_basic_block("tile.end")
         for r in range(ROWS):   # rows past `rows` (the last tile of an odd count) are not stored
             store = builder.append_basic_block(f"tile.row{r}")
             builder.cbranch(builder.icmp_signed("<", c(r), rows), store, end)
             builder.position_at_end(store)
-            sx = L.splat(builder, builder.load(builder.gep(sx_p, [c(r)])), f16x)
-            for j in range(VECS):
-                v = builder.sitofp(builder.sub(sums[r * VECS + j], shift[j]), f16x)
+            sx = L.splat(builder, builder.load(builder.gep(sx_p, [c(r)])), vf)
+            for j in range(vecs):
+                total = sums[r * vecs + j]
+                if kind == "avx512vnni":
+                    total = builder.sub(total, shift[j])
+                v = builder.sitofp(total, vf)
                 v = builder.fadd(builder.fmul(v, builder.fmul(sx, sw[j])), bias[j])
-                at = builder.add(builder.mul(c(r), ldo), c(16 * j))
-                builder.store(v, L.vector_at(builder, out_p, at, f16x), align=4)
+                at = builder.add(builder.mul(c(r), ldo), c(lanes * j))
+                builder.store(v, L.vector_at(builder, out_p, at, vf), align=4)
         builder.branch(end)
         builder.position_at_end(end)
         return context.get_dummy_value()
@@ -145,8 +217,9 @@ def _pack(q, panels, shift):
 # 'nnan': LLVM vectorises a max reduction only when told there are no NaNs; nothing that
 # would change a rounding ('arcp', 'reassoc') is allowed, so tests can redo it in NumPy.
 @njit(parallel=True, cache=True, fastmath={"nnan", "nsz"})
-def quantize_rows(x, xq, sx):
-    """xq[m, :K] = round(x[m] / sx[m]) + 128 as u8, sx[m] = max|x[m]| / 127 (1 for a zero row);
+def quantize_rows(x, xq, sx, add):
+    """xq[m, :K] = round(x[m] / sx[m]) + add as u8 (add: offset()), sx[m] = max|x[m]| / 127
+    (1 for a zero row);
     xq's padding (rows up to a multiple of ROWS, columns up to Kp) is zeroed: tiles read it,
     and zero weights in the padded columns cancel it."""
     m_rows, k = x.shape
@@ -165,8 +238,9 @@ def quantize_rows(x, xq, sx):
         inv = np.float32(1.0) / s
         for c in range(k):
             v = min(max(x[m, c] * inv, np.float32(-127.0)), np.float32(127.0))
-            # round half up, then + 128 (v + 128.5 would round 87.49999 up in float32)
-            xq[m, c] = np.uint8(np.int32(math.floor(v + np.float32(0.5))) + 128)
+            # round half up, then + add (v + 128.5 would round 87.49999 up in float32); a
+            # negative value's u8 is its two's complement byte, as the AVX2 tile reads it
+            xq[m, c] = np.uint8(np.int32(math.floor(v + np.float32(0.5))) + add)
 
 
 @njit(parallel=True, cache=True)
@@ -194,5 +268,5 @@ def gemm(x, w: PackedInt8, bias, out, scratch):
     m = x.shape[0]
     xq = scratch("gemm_int8.xq", (-(-m // ROWS) * ROWS, w.k_padded), np.uint8)
     sx = scratch("gemm_int8.sx", (m,), np.float32)
-    quantize_rows(np.require(x, np.float32, ("C", "A")), xq, sx)
+    quantize_rows(np.require(x, np.float32, ("C", "A")), xq, sx, offset())
     _gemm(xq, sx, w.panels, w.shift, w.scale, w.no_bias if bias is None else bias, out)

@@ -62,17 +62,20 @@ def declare(builder, name, ret, params):
 def broadcast_tile(builder, dot, zero, a, lda, b, n, b_step, rows, vecs, name):
     """The loop of a GEMM micro-tile of `rows` × `vecs` vectors, as vpdpbusd and vdpbf16ps
     take it: for k < n, each row's 4 bytes at a + r·lda + 4k broadcast, times each of the `vecs`
-    64-byte vectors at b + k·b_step, summed by `dot(acc, a4, b)` into accumulators starting at
-    `zero`. a, b: i8 pointers; lda: i64 bytes. Returns the sums, row-major."""
-    i32v = ir.VectorType(I32, 16)
+    vectors of 4-byte lanes at b + k·b_step (as many lanes as `zero` has, one after the other),
+    summed by `dot(acc, a4, b)` (a function that builds the IR) into accumulators starting at `zero`. a, b: i8 pointers; lda:
+    i64 bytes. Returns the sums, row-major."""
+    lanes = zero.type.count
+    i32v = ir.VectorType(I32, lanes)
     k, acc, close = counted_loop(builder, n, 1, [zero] * (rows * vecs), name)
     at_k = builder.mul(k, ir.Constant(I64, b_step))
-    bv = [builder.load(vector_at(builder, b, builder.add(at_k, ir.Constant(I64, 64 * j)), i32v), align=1)
+    bv = [builder.load(vector_at(builder, b, builder.add(at_k, ir.Constant(I64, 4 * lanes * j)), i32v),
+                       align=1)
           for j in range(vecs)]
     new = []
     for r in range(rows):
         at = builder.add(builder.mul(ir.Constant(I64, r), lda), builder.mul(k, ir.Constant(I64, 4)))
         four = builder.load(builder.bitcast(builder.gep(a, [at]), I32.as_pointer()), align=1)
         a4 = splat(builder, four, i32v)
-        new += [builder.call(dot, [acc[r * vecs + j], a4, bv[j]]) for j in range(vecs)]
+        new += [dot(acc[r * vecs + j], a4, bv[j]) for j in range(vecs)]
     return close(new)

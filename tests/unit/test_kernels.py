@@ -206,8 +206,8 @@ def test_quantize_int8_equalised_columns(be, rng):
     assert (q != want).mean() < 0.01, f"{(q != want).sum()} of {q.size} values off by one step"
 
 
-needs_vnni = pytest.mark.skipif(not gemm_int8.available(),
-                                reason="the int8 GEMM needs AVX-512 VNNI and Numba compiling for this CPU")
+needs_int8_gemm = pytest.mark.skipif(
+    not gemm_int8.available(), reason="the int8 GEMM needs AVX-512 VNNI or AVX2 and Numba compiling for this CPU")
 
 
 def quantized_rows_oracle(x):
@@ -219,15 +219,16 @@ def quantized_rows_oracle(x):
     return np.floor(v + np.float32(0.5)).astype(np.int64), sx
 
 
-@needs_vnni
+@needs_int8_gemm
 @pytest.mark.parametrize("m,k,n", [(1500, 384, 64), (9, 40, 128), (67, 130, 192), (4, 2048, 64),
                                    (130, 512, 1536)])
 @pytest.mark.parametrize("with_bias", [False, True])
 def test_gemm_int8(rng, m, k, n, with_bias):
-    """The VNNI int8 GEMM (compute_type="int8", many rows, CPU) = NumPy's exact integer product of
-    the same quantised matrices, scaled (int32 sums are exact; the float epilogue rounds once);
-    and within the activations' rounding of the float product. Rows not a multiple of the
-    tile's 4, K not a multiple of 4, a result written into a row slice of a wider buffer."""
+    """The int8 GEMM (compute_type="int8", many rows, CPU; this CPU's micro-tile) = NumPy's exact
+    integer product of the same quantised matrices, scaled (int32 sums are exact; the float
+    epilogue rounds once); and within the activations' rounding of the float product. Rows not
+    a multiple of the tile's 4, K not a multiple of 4, a result written into a row slice of a
+    wider buffer."""
     x, w = rand(rng, m, k), rand(rng, n, k) * np.float32(0.05)
     bias = rand(rng, n) if with_bias else None
     x[m // 2] = 0.0                        # a zero row: scale 1, no 0/0
@@ -247,10 +248,46 @@ def test_gemm_int8(rng, m, k, n, with_bias):
     assert np.all(np.abs(out - want) <= bound)
 
 
+INT8_TILE_PROBE = """
+import sys
+import numpy as np
+from nwhisper import backend
+from nwhisper.kernels import gemm_int8
+from nwhisper.kernels.matmul import quantize_int8
+gemm_int8.isa = lambda: sys.argv[1]        # before anything compiles: the tile built for it
+rng = np.random.default_rng(5)
+x, w = rng.standard_normal((67, 130), np.float32), rng.standard_normal((128, 130), np.float32)
+x[3] = 0.0
+q, scale = quantize_int8(backend.get("cpu"), w)
+out = np.empty((67, 128), np.float32)
+gemm_int8.gemm(x, gemm_int8.PackedInt8(q, scale), None, out, lambda n, shape, dt: np.empty(shape, dt))
+np.save(sys.argv[2], out)
+"""
+
+
+@pytest.mark.parametrize("isa", ["avx512vnni", "avx2"])
+def test_gemm_int8_on_each_instruction_set(tmp_path, isa):
+    """Each micro-tile the CPU can run — on an AVX-512 VNNI machine the AVX2 one too, which
+    test_gemm_int8 does not reach there — built in a fresh process (its own kernel cache) =
+    NumPy's exact integer product of the same quantised matrices, scaled."""
+    if isa not in gemm_int8.supported():
+        pytest.skip(f"this CPU has no {isa} (or Numba compiles for another CPU)")
+    env = paths.env(NUMBA_CACHE_DIR=str(tmp_path / "cache"))
+    subprocess.run([sys.executable, "-c", INT8_TILE_PROBE, isa, str(tmp_path / "out.npy")],
+                   env=env, check=True, capture_output=True, timeout=600)
+    rng = np.random.default_rng(5)
+    x, w = rng.standard_normal((67, 130), np.float32), rng.standard_normal((128, 130), np.float32)
+    x[3] = 0.0
+    q, scale = quantize_int8(backend.get("cpu"), w)
+    xq, sx = quantized_rows_oracle(x)
+    exact = (xq @ q.astype(np.int64).T) * (sx[:, None].astype(np.float64) * scale)
+    check(f"int8 GEMM ({isa}) vs exact integer product", np.load(tmp_path / "out.npy"), exact)
+
+
 @pytest.mark.parametrize("n,k", [(64, 384), (192, 130), (128, 1)])
 def test_int8_packing(rng, n, k):
     """PackedInt8's one-pass pack = NumPy's transposing copy of the zero-padded rows, the layout
-    the VNNI micro-tile reads; its shift = 128 · each row's sum (int64 in NumPy); rows() returns
+    the micro-tiles read; its shift = 128 · each row's sum (int64 in NumPy); rows() returns
     the rows again."""
     q = rng.integers(-128, 128, (n, k), dtype=np.int8)
     packed = gemm_int8.PackedInt8(q, np.ones(n, np.float32))
@@ -263,7 +300,7 @@ def test_int8_packing(rng, n, k):
     assert np.array_equal(packed.rows(), q)
 
 
-@needs_vnni
+@needs_int8_gemm
 def test_int8_weights_use_the_int8_gemm_for_many_rows(be, rng):
     """be.gemm on an int8 weight (CPU, no full-precision copy kept): up to GEMV_ROWS rows
     linear_elem (float activations), above the int8 GEMM (packed rows); a width that is not a
@@ -296,7 +333,7 @@ def test_int8_weights_use_the_int8_gemm_for_many_rows(be, rng):
 
 
 def test_int8_weights_without_the_int8_gemm_run_many_rows_on_blas(rng, monkeypatch):
-    """Where the int8 GEMM cannot run (no AVX-512 VNNI: patched off here, so on every CPU), an int8
+    """Where the int8 GEMM cannot run (no AVX-512 VNNI nor AVX2: patched off here, so on every CPU), an int8
     weight's products of many rows are BLAS's on its rows dequantised — NumPy's float32 product
     with q·scale, as close as two float32 sums get — added into the output for linear_add; few
     rows stay on linear_elem, and so does a decoder's matrix (quantized_rows=False: a row's sums
@@ -458,7 +495,7 @@ def test_exp_rows(be, rng):
     assert np.allclose(be.download(total)[:, 0], want.sum(axis=1), rtol=1e-5)
 
 
-@needs_vnni
+@needs_int8_gemm
 @pytest.mark.parametrize("nq,nk,n_head", [(40, 100, 2), (300, 1500, 6)])
 def test_attention_int8_scores(be, rng, nq, nk, n_head):
     """compute_type="int8", the encoder's attention: the scores are the int8 GEMM of the queries
