@@ -232,7 +232,8 @@ def attention(be, q, k, v, out, n_head):
     wide = -(-nk // gemm_int8.COLS) * gemm_int8.COLS
     xq = be.scratch("blocked.xq", ((nq + BLOCK) * n_head, HD), np.uint8)
     sx = be.scratch("blocked.sx", (nq * n_head,), np.float32)
-    gemm_int8.quantize_rows(np.require(q, np.float32, "C").reshape(nq * n_head, HD), xq, sx, 128)
+    gemm_int8.quantize_rows(np.require(q, np.float32, "C").reshape(nq * n_head, HD), xq, sx,
+                            gemm_int8.offset())
     kq, k_scale = quantize_int8(be, np.require(k, np.float32, "C").reshape(nk * n_head, HD))
     panels = be.scratch("blocked.panels", (n_head, wide // gemm_int8.COLS, HD // 4, 4, 16, 4), np.int8)
     shift = be.scratch("blocked.shift", (n_head, wide), np.int32)

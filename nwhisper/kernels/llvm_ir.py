@@ -60,11 +60,12 @@ def declare(builder, name, ret, params):
 
 
 def broadcast_tile(builder, dot, zero, a, lda, b, n, b_step, rows, vecs, name):
-    """The loop of a GEMM micro-tile of `rows` × `vecs` vectors, as vpdpbusd and vdpbf16ps
-    take it: for k < n, each row's 4 bytes at a + r·lda + 4k broadcast, times each of the `vecs`
-    vectors of 4-byte lanes at b + k·b_step (as many lanes as `zero` has, one after the other),
-    summed by `dot(acc, a4, b)` (a function that builds the IR) into accumulators starting at `zero`. a, b: i8 pointers; lda:
-    i64 bytes. Returns the sums, row-major."""
+    """The loop of a GEMM micro-tile of `rows` × `vecs` vectors, as vpdpbusd, vdpbf16ps and
+    gemm_int8's AVX2 step take it: for k < n, each row's 4 bytes at a + r·lda + 4k broadcast,
+    times each of the `vecs` vectors of 4-byte lanes at b + k·b_step (as many lanes as `zero`
+    has, one after the other), summed by `dot(acc, a4, b)` (a function that builds the IR) into
+    accumulators starting at `zero`. a, b: i8 pointers; lda: i64 bytes. Returns the sums,
+    row-major."""
     lanes = zero.type.count
     i32v = ir.VectorType(I32, lanes)
     k, acc, close = counted_loop(builder, n, 1, [zero] * (rows * vecs), name)
