@@ -248,6 +248,29 @@ def test_gemm_int8(rng, m, k, n, with_bias):
     assert np.all(np.abs(out - want) <= bound)
 
 
+@needs_int8_gemm
+def test_gemm_int8_at_the_extremes(rng):
+    """Activations and weights that quantise to ±127 everywhere, signs agreeing or alternating:
+    every pair of products at the largest magnitude a tile sums (2 · 127 · 127 = 32258, where the
+    AVX2 tile's int16 pair sums are nearest to saturating at 32767) and long runs of one sign, so
+    the int32 sums reach ±127² · K. Equal to NumPy's exact integer product."""
+    m, k, n = 9, 1028, 128
+    sign = np.where(rng.random((m, k)) < 0.5, -1, 1).astype(np.float32)
+    x = np.concatenate([np.ones((2, k)), -np.ones((2, k)), sign[4:]]).astype(np.float32) * 3
+    alternating = np.where(np.arange(k) % 2, -1, 1) * np.ones((64, 1))
+    w = np.concatenate([np.ones((64, k)), alternating]).astype(np.float32)
+    q, scale = quantize_int8(backend.get("cpu"), w)
+    assert np.abs(q).min() == 127
+    out = np.empty((m, n), np.float32)
+    scratch = lambda name, shape, dt: np.empty(shape, dt)  # noqa: E731
+    gemm_int8.gemm(x, gemm_int8.PackedInt8(q, scale), None, out, scratch)
+    xq, sx = quantized_rows_oracle(x)
+    assert np.abs(xq).min() == 127
+    exact = (xq @ q.astype(np.int64).T) * (sx[:, None].astype(np.float64) * scale)
+    assert np.abs(xq @ q.astype(np.int64).T).max() == 127 * 127 * k
+    check("int8 GEMM at ±127 vs exact integer product", out, exact)
+
+
 INT8_TILE_PROBE = """
 import sys
 import numpy as np
