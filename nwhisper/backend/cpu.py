@@ -141,9 +141,9 @@ class CpuBackend(Backend):
     def _full(self, w):
         """The float32 matrix that BLAS multiplies by: a HalfRows' widened, an Int8Weight's rows
         times their scales (a product of many rows where the int8 GEMM does not run, neither
-        AVX-512 VNNI nor AVX2: the portable loop over the int8 rows took 3-4x BLAS's time for an encoder's 1500
-        rows, tiny.en on an AVX2 CPU), each in a scratch matrix, a pass over the weights that
-        costs ~1 % of the product's work; any other weight as it is."""
+        AVX-512 VNNI nor AVX2: the portable loop over the int8 rows took 3-4x BLAS's time for
+        an encoder's 1500 rows, tiny.en on an AVX2 CPU), each in a scratch matrix, a pass over
+        the weights that costs ~1 % of the product's work; any other weight as it is."""
         if isinstance(w, HalfRows):
             full = self.scratch("gemm.full", w.shape)
             self.host(to_float32, w.bits, full)

@@ -147,7 +147,8 @@ def _tile(typingctx, x_addr, ldx, w_addr, k4, out_addr, ldo, rows, sx_addr, shif
         shift_p, sw_p, bias_p = ptr(shift_addr, i32), ptr(sw_addr, f32), ptr(bias_addr, f32)
         vectors = lambda p, t: [builder.load(L.vector_at(builder, p, c(lanes * j), t), align=4)  # noqa: E731
                                 for j in range(vecs)]
-        shift, sw, bias = vectors(shift_p, vi), vectors(sw_p, vf), vectors(bias_p, vf)
+        shift = vectors(shift_p, vi) if kind == "avx512vnni" else None   # AVX2's sums have none
+        sw, bias = vectors(sw_p, vf), vectors(bias_p, vf)
         out_p, sx_p = ptr(out_addr, f32), ptr(sx_addr, f32)
         end = builder.append_basic_block("tile.end")
         for r in range(ROWS):   # rows past `rows` (the last tile of an odd count) are not stored
@@ -157,8 +158,7 @@ def _tile(typingctx, x_addr, ldx, w_addr, k4, out_addr, ldo, rows, sx_addr, shif
             sx = L.splat(builder, builder.load(builder.gep(sx_p, [c(r)])), vf)
             for j in range(vecs):
                 total = sums[r * vecs + j]
-                if kind == "avx512vnni":
-                    total = builder.sub(total, shift[j])
+                total = total if shift is None else builder.sub(total, shift[j])
                 v = builder.sitofp(total, vf)
                 v = builder.fadd(builder.fmul(v, builder.fmul(sx, sw[j])), bias[j])
                 at = builder.add(builder.mul(c(r), ldo), c(lanes * j))

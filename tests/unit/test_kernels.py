@@ -219,6 +219,12 @@ def quantized_rows_oracle(x):
     return np.floor(v + np.float32(0.5)).astype(np.int64), sx
 
 
+def exact_int8_gemm(xq, sx, q, scale):
+    """The int8 GEMM's result done exactly: the integer product of the quantised activations
+    (quantized_rows_oracle) and weights, scaled, in float64."""
+    return (xq @ q.astype(np.int64).T) * (sx[:, None].astype(np.float64) * scale)
+
+
 @needs_int8_gemm
 @pytest.mark.parametrize("m,k,n", [(1500, 384, 64), (9, 40, 128), (67, 130, 192), (4, 2048, 64),
                                    (130, 512, 1536)])
@@ -239,7 +245,7 @@ def test_gemm_int8(rng, m, k, n, with_bias):
     scratch = lambda name, shape, dtype: np.empty(shape, dtype)  # noqa: E731
     gemm_int8.gemm(x, packed, bias, out, scratch)
     xq, sx = quantized_rows_oracle(x)
-    exact = (xq @ q.astype(np.int64).T) * (sx[:, None].astype(np.float64) * scale) + (0 if bias is None else bias)
+    exact = exact_int8_gemm(xq, sx, q, scale) + (0 if bias is None else bias)
     check("int8 GEMM vs exact integer product", out, exact)
     assert (big[:, :32] == 7).all() and (big[:, 32 + n:] == 7).all()
     # The activations' rounding: each |Δx| <= sx / 2, so |Δout| <= sx/2 · Σ|w| per element.
@@ -266,7 +272,7 @@ def test_gemm_int8_at_the_extremes(rng):
     gemm_int8.gemm(x, gemm_int8.PackedInt8(q, scale), None, out, scratch)
     xq, sx = quantized_rows_oracle(x)
     assert np.abs(xq).min() == 127
-    exact = (xq @ q.astype(np.int64).T) * (sx[:, None].astype(np.float64) * scale)
+    exact = exact_int8_gemm(xq, sx, q, scale)
     assert np.abs(xq @ q.astype(np.int64).T).max() == 127 * 127 * k
     check("int8 GEMM at ±127 vs exact integer product", out, exact)
 
@@ -304,8 +310,7 @@ def test_gemm_int8_on_each_instruction_set(tmp_path, isa):
     x, w = rng.standard_normal((67, 130), np.float32), rng.standard_normal((128, 130), np.float32)
     x[3] = 0.0
     q, scale = quantize_int8(backend.get("cpu"), w)
-    xq, sx = quantized_rows_oracle(x)
-    exact = (xq @ q.astype(np.int64).T) * (sx[:, None].astype(np.float64) * scale)
+    exact = exact_int8_gemm(*quantized_rows_oracle(x), q, scale)
     check(f"int8 GEMM ({isa}) vs exact integer product", np.load(tmp_path / "out.npy"), exact)
 
 
