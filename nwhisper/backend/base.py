@@ -89,7 +89,7 @@ class Backend:
         return self.scratch("workspace", shape, dtype, exact=True)
 
     # Up to this many rows an int8 weight runs linear_elem (a GEMV streaming the int8 rows once
-    # for all rows); above, a GEMM: the CPU's int8 GEMM when the weight was packed for it, the
+    # for all rows; on the CPU linear_tiles); above, a GEMM: the CPU's int8 GEMM when the weight was packed for it, the
     # full matrix's on CUDA.
     GEMV_ROWS = 8
 

@@ -9,7 +9,7 @@ import os
 
 import numpy as np
 
-from nwhisper.kernels import blas, gemm_int8
+from nwhisper.kernels import blas, gemm_int8, linear_tiles
 from nwhisper.kernels.matmul import Int8Weight, quantize_int8
 from nwhisper.kernels.widen import to_float32
 from nwhisper.backend.base import Backend
@@ -56,6 +56,7 @@ class CpuBackend(Backend):
         super().__init__("cpu")
         self._none = np.empty((0,), np.float32)
         self._zero_at = np.zeros((1,), np.int32)   # attend_row's `at` where there is none
+        self._filled = {}   # (value, n): a constant vector, a layer's scales or bias where it has none
         self._tape = None   # while replay() records: [(function, args)] of every call
         if not blas.available():
             # NumPy's BLAS keeps a thread pool of its own (kernels/blas.py says why that
@@ -90,7 +91,7 @@ class CpuBackend(Backend):
 
         gemv=True, for a matrix that is mostly multiplied by a few rows (the decoder's): an f16
         matrix stays f16, as its bits in a uint16 array (kernels/widen.py), which linear_elem
-        reads at half the bytes, for any number of rows (a prompt's too: up to 224 rows,
+        reads at half the bytes (on linear_tiles where it runs), for any number of rows (a prompt's too: up to 224 rows,
         widening the matrix for BLAS costs more than the product saves). A uint16 matrix is taken as such bits."""
         a = np.asarray(a)
         if a.dtype == np.float16 and gemv:
@@ -121,8 +122,8 @@ class CpuBackend(Backend):
         int8 rows, quantised from the checkpoint's own (f16) weights, the columns' scales
         applied in the quantiser. Many rows run on the int8 GEMM where it runs (gemm_int8.available, the rows
         packed for it here), else on BLAS with the rows dequantised (_full); a matrix with
-        quantized_rows=False (a decoder's) on linear_elem with float activations (a prompt's rows
-        at BLAS's speed, measured)."""
+        quantized_rows=False (a decoder's) on linear_elem with float activations (linear_tiles where
+        it runs; a prompt's rows at BLAS's speed, measured)."""
         w = Int8Weight(*quantize_int8(self, self.weight(a, gemv=True), columns), None)  # f16 bits
         if quantized_rows and gemm_int8.available() and w.shape[0] % gemm_int8.COLS == 0:
             w.packed = gemm_int8.PackedInt8(w.q, w.scale)
@@ -133,7 +134,8 @@ class CpuBackend(Backend):
         return w
 
     def _on_body(self, x, w):
-        """Whether gemm multiplies x by w with linear_elem (not BLAS, not the int8 GEMM)."""
+        """Whether gemm multiplies x by w with linear_elem or linear_tiles (not BLAS, not the
+        int8 GEMM)."""
         if isinstance(w, Int8Weight):
             return x.shape[0] <= self.GEMV_ROWS or (w.packed is None and not w.blas_rows)
         return w.dtype == np.uint16
@@ -154,9 +156,34 @@ class CpuBackend(Backend):
             full = w
         return full
 
+    def _linear_body(self, x, w, out, bias, accumulate=False):
+        """As Backend._linear_body, on linear_tiles where it runs (the same sums, a tile of rows
+        × outputs at a time; for every number of rows, so a row's sums do not depend on its
+        company)."""
+        q = w.q if isinstance(w, Int8Weight) else w
+        n, n_in = x.shape
+        if not (linear_tiles.available() and linear_tiles.fits(n_in) and q.dtype in (np.int8, np.uint16)
+                and x.strides[1] == 4 and out.strides[1] == 4):
+            super()._linear_body(x, w, out, bias, accumulate)
+            return
+        n_out = q.shape[0]
+        scale = w.scale if isinstance(w, Int8Weight) else self._constant(1.0, n_out)
+        bias = self._constant(0.0, n_out) if bias is None else bias
+        serial = n * n_out * n_in // 64 < self.PARALLEL_WORK
+        self.host(linear_tiles.linear_serial if serial else linear_tiles.linear,
+                  x, q, scale, bias, out, int(accumulate))
+
+    def _constant(self, value, n):
+        """A read-only f32 vector of n `value`s, made once."""
+        a = self._filled.get((value, n))
+        if a is None:
+            a = self._filled[(value, n)] = np.full((n,), value, np.float32)
+            a.flags.writeable = False
+        return a
+
     def gemm_add(self, x, w, out, bias=None):
-        """As Backend.gemm_add; on linear_elem and on BLAS (kernels/blas.py) the sum is added as
-        it is stored (one launch)."""
+        """As Backend.gemm_add; on linear_elem, linear_tiles and BLAS (kernels/blas.py) the sum
+        is added as it is stored (one launch)."""
         if self._on_body(x, w):
             self._linear_body(x, w, out, bias, accumulate=True)
         elif isinstance(w, Int8Weight) and w.packed is not None:
@@ -168,8 +195,9 @@ class CpuBackend(Backend):
         """out[n, o] = x[n, i] @ w[o, i].T (+ bias[o]), of LayerNorm(x) when ln = (w, b, eps) is
         given (normalized: here a launch of its own); x, out f32 2-D; w from weight() or
         weight_int8(). f32 on BLAS in Numba's threads (kernels/blas.py; it matches or beats
-        linear_elem from one row up, bench/kernels.py); f16 bits on linear_elem; int8 on
-        linear_elem, or above GEMV_ROWS rows on the int8 GEMM (activations quantised per row)
+        linear_elem from one row up, bench/kernels.py); f16 bits on linear_tiles (linear_elem's
+        sums, kernels/linear_tiles.py; linear_elem where it does not run); int8 on linear_tiles,
+        or above GEMV_ROWS rows on the int8 GEMM (activations quantised per row)
         when the weight was packed for it, else on BLAS dequantised (_full); a HalfRows on
         BLAS, widened (_full)."""
         x = self.normalized(x, ln)

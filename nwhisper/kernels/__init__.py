@@ -12,8 +12,10 @@ from `nwhisper.backend`. Shapes are in each op's docstring; activations are floa
 A kernel body is a function decorated with `@kernel` in one of those modules (see _compile.py for
 how it becomes a CPU and a CUDA launcher; `python -m nwhisper.kernels` rewrites the generated
 _launch_cpu.py / _launch_cuda.py). Fast paths stand beside the portable bodies and are tested
-against them: BLAS for GEMMs and attention on the CPU (in the ops and CpuBackend.gemm), and
-_cuda_fast.py's tiled GEMM, GEMV and block-per-row softmax on CUDA.
+against them: BLAS for GEMMs and attention on the CPU (in the ops and CpuBackend.gemm), the
+CPU's int8 GEMM (gemm_int8.py), register-tiled decoder products (linear_tiles.py) and blocked
+int8 attention (attention_blocked.py), and _cuda_fast.py's tiled GEMM, GEMV and block-per-row
+softmax on CUDA.
 
 `from nwhisper.kernels import attention` gives the op, not the module: import other names from
 `nwhisper.kernels.attention` directly.

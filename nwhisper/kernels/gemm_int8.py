@@ -1,7 +1,7 @@
 """The CPU's int8 GEMM for many rows: the role BLAS plays for float32, on AVX-512 VNNI or AVX2.
 
 `compute_type="int8"` keeps every linear layer's weights as int8 rows with per-row scales
-(matmul.Int8Weight). A decoder step's few rows read them with the portable GEMV (linear_elem);
+(matmul.Int8Weight). A decoder step's few rows read them with float activations (linear_tiles, linear_elem);
 the encoder's 1500 rows, the window's cross K/V and a prompt's rows come here: the activations
 are quantised per row too, and the products of the two int8 matrices are summed exactly in int32,
 4 pairs of bytes into each 32-bit lane — by `vpdpbusd` (AVX-512 VNNI: 64 multiply-adds per

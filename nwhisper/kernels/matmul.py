@@ -1,7 +1,8 @@
 """Linear layers and the decoder's output projection: out = x @ w.T (+ bias).
 
-One body, `linear_elem`, computes one output column: the CUDA backend's portable GEMM, the CPU's
-GEMV for int8 weights, and the reference that the CPU's BLAS path is tested against. One output
+One body, `linear_elem`, computes one output column: the CUDA backend's portable GEMM, and the
+reference that the CPU's fast paths are tested against (BLAS; gemm_int8; linear_tiles, the CPU's
+product of the decoder's int8 and float16 rows, the same sums register-tiled). One output
 per item keeps each item's reads one contiguous weight row, which is what lets the hardware
 prefetcher stream a 20 MB vocabulary projection from memory (blocks of several rows per item
 are slower from DRAM).

@@ -17,7 +17,7 @@ import pytest
 
 from nwhisper import backend
 from nwhisper import kernels as K
-from nwhisper.kernels import _compile, attention_blocked, gemm_int8
+from nwhisper.kernels import _compile, attention_blocked, gemm_int8, linear_tiles
 from nwhisper.kernels.matmul import linear_elem, quantize_int8
 
 # The module, not the op that nwhisper.kernels re-exports under the same name.
@@ -49,6 +49,16 @@ def check(name, got, want, rtol=RTOL):
     assert got.shape == want.shape, f"{name}: shape {got.shape}, expected {want.shape}"
     assert diff <= bound, f"{name}: max |Δ| = {diff:.3g} > {bound:.3g}"
     return diff
+
+
+def assert_as_linear_elem(got, body):
+    """A decoder product on the CPU (linear_tiles where it runs) against linear_elem's: bit for
+    bit where the tiles sum in the body's order (linear_tiles.same_as_body: an AVX2 CPU), else
+    within float32 rounding."""
+    if not linear_tiles.available() or linear_tiles.same_as_body():
+        assert np.array_equal(got, body), f"max |Δ| = {np.abs(got - body).max():.3g}"
+    else:
+        check("linear_tiles against linear_elem", got, body)
 
 
 # --- references (float64) ---
@@ -167,7 +177,7 @@ def test_linear(be, rng, n, i, o, wdtype, with_bias):
     K.linear(be, x, compact, bias, kept)
     check("linear, gemv weight", kept, want)
     if wdtype == np.float16 and n <= be.GEMV_ROWS:
-        assert np.array_equal(kept, portable)   # the same body on the same (exact) values
+        assert_as_linear_elem(kept, portable)   # the same sums on the same (exact) values
 
 
 @pytest.mark.parametrize("n,i,o", [(1, 8, 3), (2, 64, 96), (1, 384, 1537), (12, 40, 9)])
@@ -350,14 +360,14 @@ def test_int8_weights_use_the_int8_gemm_for_many_rows(be, rng):
     few, body = np.empty((3, 128), np.float32), np.empty((3, 128), np.float32)
     K.linear(be, x[:3], w, None, few)                 # few rows: linear_elem on the unpacked rows
     be.launch(linear_elem, 128, x[:3], q, scale, np.zeros(0, np.float32), body, 3, 96, False)
-    assert np.array_equal(few, body)
+    assert_as_linear_elem(few, body)
     none = np.zeros(0, np.float32)
     for odd in (be.weight_int8(rand(rng, 100, 96)), be.weight_int8(rand(rng, 128, 96), quantized_rows=False)):
         assert odd.packed is None and odd.full is None
         got, body = np.empty((12, odd.shape[0]), np.float32), np.empty((12, odd.shape[0]), np.float32)
         K.linear(be, x, odd, None, got)
         be.launch(linear_elem, odd.shape[0], x, odd.q, odd.scale, none, body, 12, 96, False)
-        assert np.array_equal(got, body)
+        assert_as_linear_elem(got, body)
     with pytest.raises(ValueError, match="multiple of 64"):
         gemm_int8.PackedInt8(odd.q[:100], odd.scale[:100])
 
@@ -391,13 +401,15 @@ def test_int8_weights_without_the_int8_gemm_run_many_rows_on_blas(rng, monkeypat
         few, body = np.empty((3, w.shape[0]), np.float32), np.empty((3, w.shape[0]), np.float32)
         K.linear(be, x[:3], w, None, few)
         be.launch(linear_elem, w.shape[0], x[:3], w.q, w.scale, none, body, 3, 96, False)
-        assert np.array_equal(few, body) and not calls
+        assert_as_linear_elem(few, body)
+        assert not calls
     decoder = be.weight_int8(rand(rng, 128, 96), quantized_rows=False)
     assert not decoder.blas_rows
     got, body = np.empty((40, 128), np.float32), np.empty((40, 128), np.float32)
     K.linear(be, x, decoder, None, got)
     be.launch(linear_elem, 128, x, decoder.q, decoder.scale, none, body, 40, 96, False)
-    assert np.array_equal(got, body) and not calls
+    assert_as_linear_elem(got, body)
+    assert not calls
 
 
 def test_a_rows_layernorm_is_the_same_alone_and_among_a_decoders_rows(rng):
@@ -413,6 +425,84 @@ def test_a_rows_layernorm_is_the_same_alone_and_among_a_decoders_rows(rng):
         out = np.empty((n, 384), np.float32)
         K.layernorm(be, x[:n], w, b, out)
         assert np.array_equal(out[:1], alone), n
+
+
+needs_linear_tiles = pytest.mark.skipif(
+    not linear_tiles.available(), reason="linear_tiles needs AVX2, FMA and F16C and Numba compiling for this CPU")
+
+
+@needs_linear_tiles
+@pytest.mark.parametrize("kind", ["int8", "float16"])
+@pytest.mark.parametrize("n,n_in,n_out", [(1, 384, 1537), (2, 32, 7), (3, 96, 13), (5, 384, 384),
+                                          (8, 64, 51), (9, 1536, 30), (13, 128, 6)])
+def test_linear_tiles(rng, kind, n, n_in, n_out):
+    """The decoder's CPU product (linear_tiles) against the portable body linear_elem on the same
+    int8 or float16 weights: bit for bit on an AVX2 CPU (assert_as_linear_elem), with a bias or
+    without, stored or added, into column slices of wider arrays (a step's fused buffers); each
+    row's sums the same whatever rows come with it (every count from 1 to n, each row alone),
+    parallel or serial. Shapes: every tile of 1-4 rows, groups of 6 outputs and the outputs
+    past them (a vocabulary of 1537), widths from one vector loop iteration (32) to fc2's."""
+    if kind == "int8":
+        w, scale = rng.integers(-127, 128, (n_out, n_in)).astype(np.int8), rng.random(n_out).astype(np.float32)
+    else:
+        w, scale = (rand(rng, n_out, n_in) * 0.1).astype(np.float16).view(np.uint16), None
+    bias = rand(rng, n_out)
+    wide_x = rand(rng, n, n_in + 40)
+    x = wide_x[:, 8:8 + n_in]
+    none = np.zeros(0, np.float32)
+    for b in (bias, None):
+        for acc in (False, True):
+            start = rand(rng, n, n_out + 9)
+            got, body = start.copy(), start.copy()
+            s_arg = np.ones(n_out, np.float32) if scale is None else scale
+            b_arg = np.zeros(n_out, np.float32) if b is None else b
+            linear_tiles.linear(x, w, s_arg, b_arg, got[:, 5:5 + n_out], int(acc))
+            be_x = np.ascontiguousarray(x)
+            out = np.ascontiguousarray(body[:, 5:5 + n_out])
+            launch = backend.get("cpu")._launcher(linear_elem, "_serial")
+            launch(n_out, be_x, w, none if scale is None else scale, none if b is None else b, out,
+                   n, n_in, acc)
+            body[:, 5:5 + n_out] = out
+            assert_as_linear_elem(got, body)
+            assert np.array_equal(got[:, :5], start[:, :5]) and np.array_equal(got[:, 5 + n_out:], start[:, 5 + n_out:])
+            serial = start.copy()
+            linear_tiles.linear_serial(x, w, s_arg, b_arg, serial[:, 5:5 + n_out], int(acc))
+            assert np.array_equal(serial, got)
+    full = np.empty((n, n_out), np.float32)
+    linear_tiles.linear(x, w, s_arg, b_arg, full, 0)
+    for m in range(1, n + 1):
+        part = np.empty((m, n_out), np.float32)
+        linear_tiles.linear(x[:m], w, s_arg, b_arg, part, 0)
+        assert np.array_equal(part, full[:m])
+    for r in range(n):
+        alone = np.empty((1, n_out), np.float32)
+        linear_tiles.linear(x[r:r + 1], w, s_arg, b_arg, alone, 0)
+        assert np.array_equal(alone[0], full[r])
+
+
+def test_decoder_products_run_on_linear_tiles(rng, monkeypatch):
+    """be.gemm of a decoder's weight (int8 rows, float16 bits) goes to linear_tiles where it
+    runs and the width fits, for one row and for many, with the layer's scales (or ones) and
+    bias (or zeros); linear_elem otherwise (a width of 40)."""
+    be = backend.get("cpu")
+    calls = []
+    for fn in ("linear", "linear_serial"):
+        monkeypatch.setattr(linear_tiles, fn, lambda *a, f=getattr(linear_tiles, fn): calls.append(a) or f(*a))
+    int8 = be.weight_int8(rand(rng, 100, 96), quantized_rows=False)
+    half = be.weight(rand(rng, 100, 96).astype(np.float16), gemv=True)
+    for w in (int8, half):
+        for n in (1, 8, 40):
+            out = np.empty((n, 100), np.float32)
+            K.linear(be, rand(rng, n, 96), w, None, out)
+        assert len(calls) == (3 if linear_tiles.available() else 0)
+        if calls:
+            assert calls[0][1].dtype == (np.int8 if w is int8 else np.uint16)
+            assert not calls[0][3].any() and np.array_equal(calls[0][2], int8.scale if w is int8 else np.ones(100))
+        calls.clear()
+    K.linear(be, rand(rng, 3, 40), be.weight_int8(rand(rng, 100, 40), quantized_rows=False), None,
+             np.empty((3, 100), np.float32))
+    assert not calls
+
 
 
 def test_linear_into_row_slices(be, rng):
