@@ -1,6 +1,6 @@
 """Beam search (N rows per decoder call) against greedy, per 30 s window, decoder only.
 
-    python bench/beam.py [MODEL] [--beams 5] [--device cpu|cuda] [--repeat 3]
+    python bench/beam.py [MODEL] [--beams 5] [--device cpu|cuda] [--compute-type float32|int8] [--repeat 3]
 
 For each clip: the encoder runs once; then greedy and beam-N decode the same window (best of
 --repeat), and, for scale, N separate greedy decodes would cost N × greedy. Prints ms per window
@@ -38,12 +38,13 @@ def main():
     p.add_argument("model", nargs="?", default="tiny.en")
     p.add_argument("--beams", type=int, default=5)
     p.add_argument("--device", default="cpu")
+    p.add_argument("--compute-type", default="float32")
     p.add_argument("--repeat", type=int, default=3)
     a = p.parse_args()
-    m = nwhisper.load(a.model, device=a.device)
+    m = nwhisper.load(a.model, device=a.device, compute_type=a.compute_type)
     dec = m._transcriber.decoder
     lang = "en" if m.dims.is_multilingual else None
-    print(f"{a.model} on {m.backend.name}, beam {a.beams} vs greedy (decoder only, best of {a.repeat}), "
+    print(f"{a.model} {a.compute_type} on {m.backend.name}, beam {a.beams} vs greedy (decoder only, best of {a.repeat}), "
           f"load average {os.getloadavg()[0]:.2f}")
     print(f"{'clip':58s} {'greedy ms':>10s} {'tok':>4s} {'beam ms':>9s} {'tok':>4s} {'ratio':>6s}")
     tot_g = tot_b = 0.0

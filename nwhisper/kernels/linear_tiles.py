@@ -7,8 +7,9 @@ the weight row again for every row and loading two operands per multiply-add: fo
 streams the weights at memory speed, for eight it is compute-bound at a third of the FMA units'
 rate (the int8 logits of 8 rows: 4.6 ms, against 0.8 for one).
 
-Here a micro-tile of R rows × O outputs keeps its sums in registers: each weight vector is
-widened once for R rows and each row vector loaded once for O outputs. linear_elem's four
+Here a micro-tile of up to 4 rows × O outputs (3 for int8 weights, 1 for float16: outs) keeps
+its sums in registers: each weight vector is widened once for all its rows and each row vector
+loaded once for O outputs. linear_elem's four
 accumulators are kept apart (all four in one loop where R·O·4 vectors fit in registers, else in
 passes over the tile's weight rows, which stay in L1), each summed in linear_elem's order, and
 added as LLVM's reduction adds them:
@@ -24,7 +25,9 @@ tile's weight rows, a line of each an iteration: several rows streamed at once o
 hardware prefetcher otherwise. For input widths that are a multiple of 32 (every Whisper
 width) on CPUs with AVX2, FMA and F16C; linear_elem elsewhere.
 
-    int8 (tiny.en) 8 rows: logits 51864 × 384 4.6 → 2.6 ms, fc1 1536 × 384 0.136 → 0.077 ms
+    tiny.en's shapes, 2 threads, linear_elem → linear_tiles (bench/tiles.py):
+    int8 rows    logits 51864 × 384: 1 row 1.1 → 0.8 ms, 8 rows 4.7 → 2.9; fc1 8 rows 0.17 → 0.09
+    f16 bits     logits: 1 row 2.0 → 1.9 ms (memory-bound), 8 rows 5.2 → 4.1; fc1 8 rows 0.15 → 0.08
 """
 
 import functools
@@ -46,18 +49,17 @@ GROUPS = 8              # groups of outputs per parallel item
 ACCUMULATORS = 12       # vectors a tile sums into, of the 16 registers
 
 
-def outs(rows, int8):
-    """Outputs per tile of `rows` rows (1-4) of a group: int8 rows are read 3 at a time for any
-    number of rows; float16's, twice the bytes, stream best one or two at a time for one or two
-    rows (measured)."""
-    return 3 if int8 or rows >= 3 else rows
+def outs(int8):
+    """Outputs per tile of a group, for any number of rows: int8 rows are read 3 at a time; float16
+    rows, twice the bytes, one at a time (3 at a time, 3-5 rows took 1.5x linear_elem's time
+    from memory; one at a time they still gain the widening shared by the rows)."""
+    return 3 if int8 else 1
 
 
 _outs = njit(inline="always")(outs)
 # Every tile shape (rows, outputs) the kernel is built with: a group's, and one output at a time
 # for the outputs past the last group (a vocabulary of 51865).
-SHAPES = {int8: sorted({(r, outs(r, int8)) for r in range(1, ROWS + 1)} | {(r, 1) for r in range(1, ROWS + 1)})
-          for int8 in (True, False)}
+SHAPES = {int8: sorted({(r, o) for r in range(1, ROWS + 1) for o in (outs(int8), 1)}) for int8 in (True, False)}
 
 
 @functools.cache
@@ -183,7 +185,7 @@ def _at(a, i, j):
     return a.ctypes.data + i * a.strides[0] + j * a.itemsize
 
 
-@njit
+@njit(inline="always")
 def _outputs(x, w, scale, bias, out, acc, o0, o_end, group):
     """Every row of x against outputs o0 … o_end − 1, in tiles of up to ROWS rows × the outputs
     that outs() gives (one at a time unless `group`)."""
@@ -193,14 +195,14 @@ def _outputs(x, w, scale, bias, out, acc, o0, o_end, group):
     r = 0
     while r < n:
         rows = min(n - r, ROWS)
-        step = _outs(rows, int8) if group else 1
+        step = _outs(int8) if group else 1
         for o in range(o0, o_end, step):
             _tile(_at(x, r, 0), ldx, _at(w, o, 0), ldw, n_in, _at(out, r, o), ldo,
                   _at(scale, 0, o), _at(bias, 0, o), acc, w[0, 0], rows, step)
         r += rows
 
 
-@njit
+@njit(inline="always")
 def _item(item, x, w, scale, bias, out, acc):
     """Parallel item `item`: GROUPS groups of GROUP outputs, each past every row (its weight
     rows stay in L1 from the first tile on); the last item takes the outputs past the groups
