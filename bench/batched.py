@@ -2,6 +2,7 @@
 BatchedInferencePipeline(batch_size=8), and both tools unbatched, on one recording of 10 minutes.
 
     python3 bench/batched.py [--models tiny.en] [--computes float32,int8] [--minutes 10] [--batch 8]
+                             [--systems nwhisper-batched,fw-batched] [--rounds 3]
 
 The recording: the fixtures' English clips (fixtures/index.tsv) in a shuffled order (fixed
 seeds) with pauses of 1-4 s between them, the set repeated until --minutes; its reference
@@ -19,7 +20,10 @@ a warm-up run on the first minute, then the whole recording, timed.
 
 WER = word edits / reference words (lower case, punctuation dropped; "Mr." and "mister" differ,
 so no system reaches 0); each system's text is kept in --work. Ratios are against fw-batched:
-< 1 means faster than it.
+< 1 means faster than it. With --rounds N every system runs N times, the systems' order
+reversed every other round, and the table gives each one's median and its spread (max / min):
+on a shared machine whose speed drifts by tens of percent within minutes, one run of each
+system apart in time says little.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ import argparse
 import csv
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -108,30 +113,40 @@ def main():
     ap.add_argument("--computes", default="float32,int8")
     ap.add_argument("--minutes", type=float, default=10)
     ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--systems", default=",".join(SYSTEMS))
+    ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--peer-python", default=os.path.join(ROOT, ".oracle", "bin", "python"))
     ap.add_argument("--work", default="/tmp/nwhisper-batched-bench")
     a = ap.parse_args()
+    systems = a.systems.split(",")
+    if "fw-batched" not in systems or set(systems) - set(SYSTEMS):
+        ap.error(f"--systems: some of {','.join(SYSTEMS)}, fw-batched among them (the ratios' base)")
     os.makedirs(a.work, exist_ok=True)
     npy, seconds, ref = build(a.minutes, a.work)
     n_ref = len(words(ref))
     print(f"# batched, {seconds / 60:.1f} min recording ({n_ref} reference words), batch {a.batch}, "
           f"{THREADS} threads; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; load average "
           f"{open('/proc/loadavg').read().split()[0]}")
-    print(f"{'model':8} {'compute':8} {'system':17} {'s':>7} {'x real':>7} {'vs fw-b':>7} {'WER':>6} {'load s':>6}")
+    print(f"{'model':8} {'compute':8} {'system':17} {'s':>7} {'x real':>7} {'vs fw-b':>7} {'WER':>6} "
+          f"{'load s':>6} {'spread':>6}")
     for model in a.models.split(","):
         ct2 = os.path.join(a.work, f"ct2-{model}")
         if not os.path.isdir(ct2):
             ct2_dir(model, ct2)
         for compute in a.computes.split(","):
-            res = {s: run(s, model, compute, npy, ct2, a.batch, a.peer_python) for s in SYSTEMS}
-            base = res["fw-batched"]["s"]
-            for s in SYSTEMS:
-                r = res[s]
+            res = {s: [] for s in systems}
+            for i in range(a.rounds):
+                for s in systems if i % 2 == 0 else systems[::-1]:
+                    res[s].append(run(s, model, compute, npy, ct2, a.batch, a.peer_python))
+            median = {s: statistics.median(r["s"] for r in res[s]) for s in systems}
+            for s in systems:
+                r, times = res[s][-1], [r["s"] for r in res[s]]
                 with open(os.path.join(a.work, f"{model}-{compute}-{s}.txt"), "w") as f:
                     f.write(r["text"])
                 wer = word_edits(r["text"], ref) / n_ref
-                print(f"{model:8} {compute:8} {s:17} {r['s']:7.1f} {seconds / r['s']:7.1f} {r['s'] / base:7.2f} "
-                      f"{wer:6.3f} {r['load_s']:6.2f}", flush=True)
+                print(f"{model:8} {compute:8} {s:17} {median[s]:7.1f} {seconds / median[s]:7.1f} "
+                      f"{median[s] / median['fw-batched']:7.2f} {wer:6.3f} {r['load_s']:6.2f} "
+                      f"{max(times) / min(times):6.2f}", flush=True)
 
 
 if __name__ == "__main__":
