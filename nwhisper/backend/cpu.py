@@ -163,7 +163,7 @@ class CpuBackend(Backend):
         q = w.q if isinstance(w, Int8Weight) else w
         n, n_in = x.shape
         if not (linear_tiles.available() and linear_tiles.fits(n_in) and q.dtype in (np.int8, np.uint16)
-                and x.strides[1] == 4 and out.strides[1] == 4):
+                and x.flags.c_contiguous and out.flags.c_contiguous):
             super()._linear_body(x, w, out, bias, accumulate)
             return
         n_out = q.shape[0]
@@ -174,11 +174,11 @@ class CpuBackend(Backend):
                   x, q, scale, bias, out, int(accumulate))
 
     def _constant(self, value, n):
-        """A read-only f32 vector of n `value`s, made once."""
+        """An f32 vector of n `value`s, made once; writable like a layer's own scales and bias,
+        so that the kernel compiles one signature for both (nothing writes to it)."""
         a = self._filled.get((value, n))
         if a is None:
             a = self._filled[(value, n)] = np.full((n,), value, np.float32)
-            a.flags.writeable = False
         return a
 
     def gemm_add(self, x, w, out, bias=None):

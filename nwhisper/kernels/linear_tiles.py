@@ -57,9 +57,9 @@ def outs(int8):
 
 
 _outs = njit(inline="always")(outs)
-# Every tile shape (rows, outputs) the kernel is built with: a group's, and one output at a time
-# for the outputs past the last group (a vocabulary of 51865).
-SHAPES = {int8: sorted({(r, o) for r in range(1, ROWS + 1) for o in (outs(int8), 1)}) for int8 in (True, False)}
+# Every tile shape (rows, outputs) the kernel is built with: a group's, and 1 × 1 for the outputs
+# past the last group (a vocabulary of 51865). Each shape adds to the compile.
+SHAPES = {int8: sorted({(r, outs(int8)) for r in range(1, ROWS + 1)} | {(1, 1)}) for int8 in (True, False)}
 
 
 @functools.cache
@@ -188,13 +188,14 @@ def _at(a, i, j):
 @njit(inline="always")
 def _outputs(x, w, scale, bias, out, acc, o0, o_end, group):
     """Every row of x against outputs o0 … o_end − 1, in tiles of up to ROWS rows × the outputs
-    that outs() gives (one at a time unless `group`)."""
+    that outs() gives; unless `group` (the few outputs past the last group), one row × one
+    output at a time."""
     n, n_in = x.shape
     ldx, ldw, ldo = x.strides[0] // 4, w.strides[0] // w.itemsize, out.strides[0] // 4
     int8 = w.itemsize == 1
     r = 0
     while r < n:
-        rows = min(n - r, ROWS)
+        rows = min(n - r, ROWS) if group else 1
         step = _outs(int8) if group else 1
         for o in range(o0, o_end, step):
             _tile(_at(x, r, 0), ldx, _at(w, o, 0), ldw, n_in, _at(out, r, o), ldo,
@@ -202,7 +203,7 @@ def _outputs(x, w, scale, bias, out, acc, o0, o_end, group):
         r += rows
 
 
-@njit(inline="always")
+@njit
 def _item(item, x, w, scale, bias, out, acc):
     """Parallel item `item`: GROUPS groups of GROUP outputs, each past every row (its weight
     rows stay in L1 from the first tile on); the last item takes the outputs past the groups

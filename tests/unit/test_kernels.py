@@ -438,52 +438,46 @@ needs_linear_tiles = pytest.mark.skipif(
 def test_linear_tiles(rng, kind, n, n_in, n_out):
     """The decoder's CPU product (linear_tiles) against the portable body linear_elem on the same
     int8 or float16 weights: bit for bit on an AVX2 CPU (assert_as_linear_elem), with a bias or
-    without, stored or added, into column slices of wider arrays (a step's fused buffers); each
-    row's sums the same whatever rows come with it (every count from 1 to n, each row alone),
-    parallel or serial. Shapes: every tile of 1-4 rows, groups of 6 outputs and the outputs
-    past them (a vocabulary of 1537), widths from one vector loop iteration (32) to fc2's."""
+    without, stored or added; each row's sums the same whatever rows come with it (every count
+    from 1 to n, each row alone), parallel or serial. Shapes: every tile of 1-4 rows, groups of
+    6 outputs and the outputs past them (a vocabulary of 1537), widths from one vector loop
+    iteration (32) to fc2's. The arrays are of the types the backend passes (a float16 weight's
+    bits read-only), so the suite compiles what a transcription does."""
+    be = backend.get("cpu")
     if kind == "int8":
-        w, scale = rng.integers(-127, 128, (n_out, n_in)).astype(np.int8), rng.random(n_out).astype(np.float32)
+        w, scale = rng.integers(-127, 128, (n_out, n_in)).astype(np.int8), rand(rng, n_out) ** 2
     else:
-        w, scale = (rand(rng, n_out, n_in) * 0.1).astype(np.float16).view(np.uint16), None
-    bias = rand(rng, n_out)
-    wide_x = rand(rng, n, n_in + 40)
-    x = wide_x[:, 8:8 + n_in]
-    none = np.zeros(0, np.float32)
+        w, scale = be.weight(rand(rng, n_out, n_in).astype(np.float16) * np.float16(0.1), gemv=True), None
+    x, bias, none = rand(rng, n, n_in), rand(rng, n_out), np.zeros(0, np.float32)
+    ones, zeros = np.ones(n_out, np.float32), np.zeros(n_out, np.float32)
     for b in (bias, None):
         for acc in (False, True):
-            start = rand(rng, n, n_out + 9)
-            got, body = start.copy(), start.copy()
-            s_arg = np.ones(n_out, np.float32) if scale is None else scale
-            b_arg = np.zeros(n_out, np.float32) if b is None else b
-            linear_tiles.linear(x, w, s_arg, b_arg, got[:, 5:5 + n_out], int(acc))
-            be_x = np.ascontiguousarray(x)
-            out = np.ascontiguousarray(body[:, 5:5 + n_out])
-            launch = backend.get("cpu")._launcher(linear_elem, "_serial")
-            launch(n_out, be_x, w, none if scale is None else scale, none if b is None else b, out,
-                   n, n_in, acc)
-            body[:, 5:5 + n_out] = out
+            start = rand(rng, n, n_out)
+            got, body, serial = start.copy(), start.copy(), start.copy()
+            linear_tiles.linear(x, w, ones if scale is None else scale, zeros if b is None else b, got, int(acc))
+            be._launcher(linear_elem, "_serial")(n_out, x, w, none if scale is None else scale,
+                                                 none if b is None else b, body, n, n_in, acc)
             assert_as_linear_elem(got, body)
-            assert np.array_equal(got[:, :5], start[:, :5]) and np.array_equal(got[:, 5 + n_out:], start[:, 5 + n_out:])
-            serial = start.copy()
-            linear_tiles.linear_serial(x, w, s_arg, b_arg, serial[:, 5:5 + n_out], int(acc))
+            linear_tiles.linear_serial(x, w, ones if scale is None else scale, zeros if b is None else b,
+                                       serial, int(acc))
             assert np.array_equal(serial, got)
+    s_arg = ones if scale is None else scale
     full = np.empty((n, n_out), np.float32)
-    linear_tiles.linear(x, w, s_arg, b_arg, full, 0)
+    linear_tiles.linear(x, w, s_arg, bias, full, 0)
     for m in range(1, n + 1):
         part = np.empty((m, n_out), np.float32)
-        linear_tiles.linear(x[:m], w, s_arg, b_arg, part, 0)
+        linear_tiles.linear(np.ascontiguousarray(x[:m]), w, s_arg, bias, part, 0)
         assert np.array_equal(part, full[:m])
     for r in range(n):
         alone = np.empty((1, n_out), np.float32)
-        linear_tiles.linear(x[r:r + 1], w, s_arg, b_arg, alone, 0)
+        linear_tiles.linear(np.ascontiguousarray(x[r:r + 1]), w, s_arg, bias, alone, 0)
         assert np.array_equal(alone[0], full[r])
 
 
 def test_decoder_products_run_on_linear_tiles(rng, monkeypatch):
     """be.gemm of a decoder's weight (int8 rows, float16 bits) goes to linear_tiles where it
     runs and the width fits, for one row and for many, with the layer's scales (or ones) and
-    bias (or zeros); linear_elem otherwise (a width of 40)."""
+    bias (or zeros); linear_elem otherwise (a width of 40, an output that is a column slice)."""
     be = backend.get("cpu")
     calls = []
     for fn in ("linear", "linear_serial"):
@@ -501,8 +495,12 @@ def test_decoder_products_run_on_linear_tiles(rng, monkeypatch):
         calls.clear()
     K.linear(be, rand(rng, 3, 40), be.weight_int8(rand(rng, 100, 40), quantized_rows=False), None,
              np.empty((3, 100), np.float32))
+    x, wide = rand(rng, 3, 96), np.zeros((3, 120), np.float32)
+    K.linear(be, x, int8, None, wide[:, 10:110])
     assert not calls
-
+    body = np.empty((3, 100), np.float32)
+    be.launch(linear_elem, 100, x, int8.q, int8.scale, np.zeros(0, np.float32), body, 3, 96, False)
+    assert np.array_equal(wide[:, 10:110], body) and not wide[:, :10].any() and not wide[:, 110:].any()
 
 
 def test_linear_into_row_slices(be, rng):
