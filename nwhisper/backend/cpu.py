@@ -169,7 +169,7 @@ class CpuBackend(Backend):
         n_out = q.shape[0]
         scale = w.scale if isinstance(w, Int8Weight) else self._constant(1.0, n_out)
         bias = self._constant(0.0, n_out) if bias is None else bias
-        serial = n * n_out * n_in // 64 < self.PARALLEL_WORK
+        serial = self._serial(n * n_out * n_in // 64)
         self.host(linear_tiles.linear_serial if serial else linear_tiles.linear,
                   x, q, scale, bias, out, int(accumulate))
 
@@ -229,7 +229,7 @@ class CpuBackend(Backend):
         why)."""
         if count <= 0:
             return
-        serial = (count if work is None else work) < self.PARALLEL_WORK
+        serial = self._serial(count if work is None else work)
         try:
             self.host(self._launcher(kernel, "_serial" if serial else ""), count, *args)
         except Exception as e:
@@ -237,6 +237,10 @@ class CpuBackend(Backend):
                 raise TypeError(f"{kernel.__name__}: float16 arrays cannot reach CPU kernels; "
                                 "pass them through be.upload() or be.weight()") from e
             raise
+
+    def _serial(self, work):
+        """Whether a launch of `work` scalar steps runs in this thread (below PARALLEL_WORK)."""
+        return work < self.PARALLEL_WORK
 
     def host(self, fn, *args):
         """fn(*args): a compiled launcher, or a NumPy or BLAS call on this backend's arrays,

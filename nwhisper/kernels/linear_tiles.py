@@ -9,10 +9,9 @@ rate (the int8 logits of 8 rows: 4.6 ms, against 0.8 for one).
 
 Here a micro-tile of up to 4 rows × O outputs (3 for int8 weights, 1 for float16: outs) keeps
 its sums in registers: each weight vector is widened once for all its rows and each row vector
-loaded once for O outputs. linear_elem's four
-accumulators are kept apart (all four in one loop where R·O·4 vectors fit in registers, else in
-passes over the tile's weight rows, which stay in L1), each summed in linear_elem's order, and
-added as LLVM's reduction adds them:
+loaded once for O outputs. linear_elem's four accumulators are kept apart (all four in one loop
+where R·O·4 vectors fit in registers, else in passes over the tile's weight rows, which stay in
+L1), each summed in linear_elem's order, and added as LLVM's reduction adds them:
 
     total = (a0 + a1) + (a2 + a3),  then lanes (0+4, 1+5, 2+6, 3+7),  (0+2, 1+3),  0+1
     out = fma(total, scale, bias)  (+ out where accumulating)
