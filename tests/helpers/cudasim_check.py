@@ -37,6 +37,11 @@ from nwhisper.kernels.reduce import softmax_row  # noqa: E402
 
 TOL = 5e-6  # relative: f32 on both sides, only the summation order differs (the CPU reassociates)
 
+# The simulator's block manager polls its threads in a loop that keeps the GIL for a whole switch
+# interval while they wait at a barrier: 1 ms instead of Python's 5 takes a third to two thirds
+# off the cases with many syncthreads
+SWITCH_S = 0.001
+
 rng = np.random.default_rng(1234)
 
 
@@ -145,6 +150,23 @@ def linear_int8(be, x, w, bias):
     return [be.download(out)]
 
 
+def gemv_lanes(min_blocks, case):
+    """`case` with the CUDA GEMV's lanes per output chosen as for a product of many more outputs:
+    gemm() widens them (32 up to GEMV_THREADS) until the outputs make GEMV_MIN_BLOCKS blocks, so
+    the simulator's few outputs would always take a whole block each (one output a block, the
+    slowest way to simulate and not how a GPU runs the vocabulary's). 0 keeps 32 lanes (8 outputs
+    a block); 1 widens them until the outputs fill one block."""
+    from nwhisper.kernels import _cuda_fast
+
+    def run(be, *args):
+        saved, _cuda_fast.GEMV_MIN_BLOCKS = _cuda_fast.GEMV_MIN_BLOCKS, min_blocks
+        try:
+            return case(be, *args)
+        finally:
+            _cuda_fast.GEMV_MIN_BLOCKS = saved
+    return run
+
+
 def logits(be, x, table):
     out = be.empty((x.shape[0], table.shape[0]))
     K.logits(be, be.upload(x), be.weight(table), out)
@@ -155,6 +177,13 @@ def attention(be, q, k, v, n_head, causal, q_offset):
     out = be.empty(q.shape)
     p = K.attention(be, be.upload(q), be.upload(k), be.upload(v), out, n_head, causal, q_offset)
     return [be.download(out), be.download(p)]
+
+
+def garbage_past(n, x):
+    """x with its rows from n on scaled by 50: what a KV cache holds past its length, large enough
+    to show in the output if it were attended to."""
+    x[n:] *= 50
+    return x
 
 
 def attention_cache(be, q, k, v, n_head, q_offset):
@@ -264,15 +293,17 @@ CASES = [
     ("embed_f16", embed, (rand(10, 8, dtype=np.float16), np.array([9, 9, 1], np.int32))),
     ("conv1d_s1", conv1d, (rand(8, 4), rand(6, 4, 3), rand(6), 1)),
     ("conv1d_s2_f16", conv1d, (rand(9, 4), rand(6, 4, 3, dtype=np.float16), rand(6), 2)),
-    ("linear_gemv_bias", linear, (rand(3, 16), rand(8, 16), rand(8))),
-    ("linear_gemv_f16_nobias", linear, (rand(1, 37), rand(19, 37, dtype=np.float16), None)),
+    # the GEMV at 256 lanes an output (its own choice for these few), 64 (gemv_lanes 1: 4 outputs
+    # a block) and 32 (gemv_lanes 0: 8 a block); blocks whose last outputs are past n_out
+    ("linear_gemv_bias", linear, (rand(2, 16), rand(5, 16), rand(5))),
+    ("linear_gemv_f16_nobias", gemv_lanes(0, linear), (rand(1, 37), rand(19, 37, dtype=np.float16), None)),
     ("linear_tiled_bias", linear, (rand(20, 21), rand(18, 21), rand(18))),
     ("linear_tiled_f16", linear, (rand(17, 35), rand(33, 35, dtype=np.float16), rand(33))),
     ("linear_portable_f16", linear_portable, (rand(5, 35), rand(9, 35, dtype=np.float16), rand(9))),
     ("linear_int8_bias", linear_int8, (rand(3, 37), rand(10, 37), rand(10))),
-    ("logits_f16", logits, (rand(2, 16), rand(20, 16, dtype=np.float16))),
+    ("logits_f16", gemv_lanes(0, logits), (rand(2, 16), rand(20, 16, dtype=np.float16))),
     ("attention_full", attention, (rand(6, 16), rand(6, 16), rand(6, 16), 2, False, 0)),
-    ("attention_causal", attention, (rand(3, 16), rand(7, 16), rand(7, 16), 2, True, 4)),
+    ("attention_causal", attention, (rand(2, 16), rand(7, 16), rand(7, 16), 2, True, 4)),
     ("log_mel", log_mel, (rand(5 * 4 + 16).astype(np.float64), 8, 5)),
     ("silero_vad", silero_vad, (rand(2, 2, 512) * 0.1,)),
     ("attention_decode", attention, (rand(1, 16), rand(8, 16), rand(8, 16), 4, True, 7)),
@@ -281,22 +312,25 @@ CASES = [
     ("layernorm_wide", layernorm, (rand(3, 300) * 3 + 1, rand(300), rand(300))),
     # _cuda_fast: attend_part/join up to 4 queries (several chunks of keys), scores/values_tiled above
     # (several tiles each way; causal, as a prompt's)
-    ("attention_long_keys", attention, (rand(2, 16), rand(70, 16), rand(70, 16), 2, False, 0)),
-    ("attention_many", attention, (rand(20, 16), rand(37, 16), rand(37, 16), 2, False, 0)),
+    ("attention_long_keys", attention, (rand(1, 16), rand(40, 16), rand(40, 16), 2, False, 0)),
+    ("attention_many", attention, (rand(17, 16), rand(20, 16), rand(20, 16), 1, False, 0)),
     ("attention_prompt_causal", attention, (rand(9, 16), rand(11, 16), rand(11, 16), 2, True, 2)),
     ("attention_causal_portable", attention_portable, (rand(3, 16), rand(7, 16), rand(7, 16), 2, True, 4)),
     ("attend_row_causal", attend_row, (rand(3, 16), rand(7, 16), rand(7, 16), 2, True, 4)),
-    ("attention_cache_step", attention_cache, (rand(1, 16), rand(12, 16) * 50, rand(12, 16) * 50, 2, 6)),
-    ("attention_cache_prompt", attention_cache, (rand(6, 16), rand(15, 16) * 50, rand(15, 16) * 50, 2, 3)),
-    ("attention_at_step", attention_at, (rand(1, 16), rand(12, 16) * 50, rand(12, 16) * 50, 2, 6)),
-    ("attention_at_chunks", attention_at, (rand(1, 16), rand(100, 16) * 5, rand(100, 16), 2, 40)),
-    ("attention_at_prompt", attention_at, (rand(3, 16), rand(15, 16) * 5, rand(15, 16), 2, 4)),
+    ("attention_cache_step", attention_cache, (rand(1, 16), garbage_past(7, rand(12, 16)),
+                                               garbage_past(7, rand(12, 16)), 2, 6)),
+    ("attention_cache_prompt", attention_cache, (rand(6, 16), garbage_past(9, rand(15, 16)),
+                                                 garbage_past(9, rand(15, 16)), 2, 3)),
+    ("attention_at_step", attention_at, (rand(1, 16), garbage_past(7, rand(12, 16)),
+                                         garbage_past(7, rand(12, 16)), 2, 6)),
+    ("attention_at_chunks", attention_at, (rand(1, 16), rand(70, 16) * 5, rand(70, 16), 1, 40)),
+    ("attention_at_prompt", attention_at, (rand(2, 16), rand(15, 16) * 5, rand(15, 16), 2, 4)),
     ("embed_append", embed_append, (rand(10, 8, dtype=np.float16), rand(7, 8), np.array([9, 0, 4], np.int32),
                                     rand(3, 24))),
-    ("linear_ln_gemv_f16", linear_ln, (rand(2, 37) * 3 + 1, rand(19, 37, dtype=np.float16), rand(19),
-                                       rand(37), rand(37))),
+    ("linear_ln_gemv_f16", gemv_lanes(1, linear_ln), (rand(2, 37) * 3 + 1, rand(5, 37, dtype=np.float16),
+                                                      rand(5), rand(37), rand(37))),
     ("linear_ln_tiled", linear_ln, (rand(9, 21) * 3 + 1, rand(18, 21), rand(18), rand(21), rand(21))),
-    ("linear_add_gemv", linear_add, (rand(2, 21), rand(18, 21), rand(18), rand(2, 18))),
+    ("linear_add_gemv", gemv_lanes(0, linear_add), (rand(2, 21), rand(18, 21), rand(18), rand(2, 18))),
     ("linear_add_tiled_f16", linear_add, (rand(17, 35), rand(33, 35, dtype=np.float16), None, rand(17, 33))),
 ]
 
@@ -340,6 +374,8 @@ def simulate(signatures_path, gpu=False, share=None):
     if not gpu and os.environ.get("NUMBA_ENABLE_CUDASIM") != "1":
         sys.exit("cudasim_check.py needs NUMBA_ENABLE_CUDASIM=1 in the environment (or --gpu)")
     assert isinstance(backend.get("cuda"), backend.CudaBackend)
+    if not gpu:
+        sys.setswitchinterval(SWITCH_S)
     cpu, sim = backend.get("cpu"), backend.CudaBackend(fast_paths=True)
     assert sim.simulator != gpu
     signatures = {}

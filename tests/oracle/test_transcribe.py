@@ -287,7 +287,7 @@ def test_a_file_is_read_in_passes_and_its_segments_come_as_decoded(tmp_path, mon
 
     from nwhisper.io import audio as A
 
-    x = np.concatenate([audio("espeak/en-63s.flac"), np.zeros(16000, np.float32), audio("jfk.wav")] * 2)
+    x = np.concatenate([audio("espeak/en-63s.flac"), np.zeros(16000, np.float32), audio("jfk.wav")])
     path = tmp_path / "long.flac"
     sf.write(path, x, 16000)
     m = nwhisper.load("tiny.en")
@@ -307,7 +307,7 @@ def test_a_file_is_read_in_passes_and_its_segments_come_as_decoded(tmp_path, mon
     first = next(segments)
     assert len(done) <= 1
     got = [(s.start, s.end, s.text) for s in [first, *segments]]
-    assert got == want and len(done) >= 6
+    assert got == want and len(done) >= 3
     assert max(held) < 32 * 16000 + (1 << 15), f"held {max(held) / 16000:.1f} s of {len(x) / 16000:.0f} s"
     got_bytes = [(s.start, s.end, s.text) for s in m.transcribe(path.read_bytes(), language="en")[0]]
     assert got_bytes == want

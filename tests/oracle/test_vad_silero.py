@@ -5,10 +5,9 @@ from silero-vad's silero_vad.onnx over the streams fixtures/export_silero.py's g
 builds (two minutes of the fixture speech clips; 96 s of silence, hiss, white noise, rumble, a
 tone, a sweep, chords, clicks, speech in noise and far-away speech), each from a reset state with
 OnnxWrapper's chunking. The same script exported the weights; onnxruntime is not needed here.
+The body on the CUDA backend is tests/cuda/test_cudasim.py's (the silero_vad case of
+tests/helpers/cudasim_check.py against the CPU, and its PTX in float32).
 """
-
-import subprocess
-import sys
 
 import numpy as np
 import paths
@@ -95,52 +94,3 @@ def test_missing_weights_say_where(tmp_path):
     with pytest.raises(FileNotFoundError, match="energy detector"):
         silero.load_weights(str(tmp_path / "none.npz"))
 
-
-SIM = r"""
-import json, sys
-import numpy as np
-from nwhisper import backend
-from nwhisper.vad.silero import Silero
-rng = np.random.default_rng(0)
-x = (rng.standard_normal((3, 2, 512)) * 0.1).astype(np.float32)
-cpu, sim = Silero(backend.get("cpu"), streams=2), Silero(backend.CudaBackend(), streams=2)
-diff = max(float(np.abs(cpu.step(c) - sim.step(c)).max()) for c in x)
-print("REPORT", json.dumps({"maxdiff": diff}))
-"""
-
-
-@pytest.mark.cudasim
-@pytest.mark.slow
-def test_same_body_under_the_cuda_simulator():
-    """The one kernel body as a CUDA grid under Numba's simulator (2 streams, 3 chunks)."""
-    env = paths.env(NUMBA_ENABLE_CUDASIM="1")
-    proc = subprocess.run([sys.executable, "-c", SIM], env=env, capture_output=True,
-                          text=True, timeout=600)
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("REPORT ")]
-    assert lines, f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr[-3000:]}"
-    import json
-    diff = json.loads(lines[-1][7:])["maxdiff"]
-    print(f"CPU vs CUDA simulator: max |Δ| {diff:.2e}")
-    assert diff <= 1e-5
-
-
-PTX = r"""
-from numba import cuda, types
-from nwhisper.kernels.vad_ops import silero_chunk
-f1, f2, f3 = (types.Array(types.float32, n, "C") for n in (1, 2, 3))
-sig = (types.int64, f2, f2, f2, f2, f1, f2, f3, f1, f3, f1, f3, f1, f3, f1, f2, f2, f1, f1, f1,
-       f2, f3, f3, f3, f2, f2, f2, f2, f3)
-ptx, _ = cuda.compile_ptx(silero_chunk, sig, device=True, cc=(7, 5))
-print("F64" if ".f64" in ptx else "OK", len(ptx.splitlines()))
-"""
-
-
-@pytest.mark.cudasim
-@pytest.mark.slow
-def test_body_compiles_for_cuda_in_float32():
-    """The real CUDA compiler (NVVM, no GPU needed) takes the body, and no float64 is left."""
-    from numba.cuda.cudadrv import nvvm
-    assert nvvm.is_available(), "NVVM is not installed: the test extra's numba-cuda[cu13] brings it"
-    proc = subprocess.run([sys.executable, "-c", PTX], env=paths.env(), capture_output=True, text=True,
-                          timeout=600)
-    assert proc.stdout.startswith("OK"), f"{proc.stdout}\n{proc.stderr[-3000:]}"
