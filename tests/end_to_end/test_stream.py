@@ -147,7 +147,7 @@ def test_finals_equal_transcribe_of_their_span(main, model, fmt, rate, pace, par
 def test_a_client_that_sends_no_config_gets_finals(main, model):
     x = audio("jfk.wav")
     x = np.concatenate([np.zeros(SR // 2, np.float32), x, np.zeros(SR, np.float32)])
-    r = run(stream(ws(main), x, pace=0, linger=5))   # no events: it waits out its linger
+    r = run(stream(ws(main), x, pace=0, linger=8))   # no events: it waits out its linger
     assert r.config_answer is None and not r.errors
     assert not r.of("partial") and not r.of("start") and not r.of("level")
     finals = check_finals(r, model, SR, [(0.5, 11.5)])
