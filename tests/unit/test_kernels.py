@@ -449,28 +449,27 @@ def test_linear_tiles(rng, kind, n, n_in, n_out):
     else:
         w, scale = be.weight(rand(rng, n_out, n_in).astype(np.float16) * np.float16(0.1), gemv=True), None
     x, bias, none = rand(rng, n, n_in), rand(rng, n_out), np.zeros(0, np.float32)
-    ones, zeros = np.ones(n_out, np.float32), np.zeros(n_out, np.float32)
+    s_arg = np.ones(n_out, np.float32) if scale is None else scale   # as the backend passes them
     for b in (bias, None):
+        b_arg = np.zeros(n_out, np.float32) if b is None else b
         for acc in (False, True):
             start = rand(rng, n, n_out)
             got, body, serial = start.copy(), start.copy(), start.copy()
-            linear_tiles.linear(x, w, ones if scale is None else scale, zeros if b is None else b, got, int(acc))
+            linear_tiles.linear(x, w, s_arg, b_arg, got, int(acc))
             be._launcher(linear_elem, "_serial")(n_out, x, w, none if scale is None else scale,
                                                  none if b is None else b, body, n, n_in, acc)
             assert_as_linear_elem(got, body)
-            linear_tiles.linear_serial(x, w, ones if scale is None else scale, zeros if b is None else b,
-                                       serial, int(acc))
+            linear_tiles.linear_serial(x, w, s_arg, b_arg, serial, int(acc))
             assert np.array_equal(serial, got)
-    s_arg = ones if scale is None else scale
     full = np.empty((n, n_out), np.float32)
     linear_tiles.linear(x, w, s_arg, bias, full, 0)
     for m in range(1, n + 1):
         part = np.empty((m, n_out), np.float32)
-        linear_tiles.linear(np.ascontiguousarray(x[:m]), w, s_arg, bias, part, 0)
+        linear_tiles.linear(x[:m], w, s_arg, bias, part, 0)
         assert np.array_equal(part, full[:m])
     for r in range(n):
         alone = np.empty((1, n_out), np.float32)
-        linear_tiles.linear(np.ascontiguousarray(x[r:r + 1]), w, s_arg, bias, alone, 0)
+        linear_tiles.linear(x[r:r + 1], w, s_arg, bias, alone, 0)
         assert np.array_equal(alone[0], full[r])
 
 
