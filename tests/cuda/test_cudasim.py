@@ -20,7 +20,7 @@ import numba_cuda  # noqa: F401  (the test extra installs it: a missing one fail
 pytestmark = pytest.mark.cudasim
 
 
-PARTS = 2       # simulator processes at once: it runs one Python thread per CUDA thread, on one core
+PARTS = 2       # processes at once: the simulator runs one Python thread per CUDA thread, on one core
 
 
 def _env(simulator):
@@ -35,12 +35,6 @@ def _report(proc, stdout, stderr):
     reports = [line for line in stdout.splitlines() if line.startswith("REPORT ")]
     assert reports, f"no REPORT line (exit {proc.returncode}):\n{stdout}\n{stderr[-3000:]}"
     return json.loads(reports[-1][len("REPORT "):])
-
-
-def run_check(args, simulator):
-    proc = subprocess.run([sys.executable, CHECK, *args], env=_env(simulator), capture_output=True, text=True,
-                          timeout=600)
-    return proc, _report(proc, proc.stdout, proc.stderr)
 
 
 @pytest.fixture(scope="module")
@@ -89,8 +83,11 @@ def test_bodies_compile_for_cuda_without_float64(simulated):
     from numba.cuda.cudadrv import nvvm
     assert nvvm.is_available(), "NVVM is not installed: the test extra's numba-cuda[cu13] brings it"
     sigs = simulated[4]
-    proc, report = run_check(["--ptx", str(sigs)], simulator=False)
-    print(proc.stdout)
-    assert not report["errors"], f"bodies the CUDA compiler rejects: {report['errors']}"
-    assert not report["f64"], f"bodies whose PTX computes in float64: {report['f64']}"
-    assert report["compiled"] > 0
+    procs = [subprocess.Popen([sys.executable, CHECK, "--ptx", str(sigs), str(k), str(PARTS)], env=_env(False),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for k in range(PARTS)]
+    reports = [_report(p, *p.communicate(timeout=600)) for p in procs]
+    errors = {label: e for r in reports for label, e in r["errors"].items()}
+    f64 = [label for r in reports for label in r["f64"]]
+    assert not errors, f"bodies the CUDA compiler rejects: {errors}"
+    assert not f64, f"bodies whose PTX computes in float64: {f64}"
+    assert all(r["compiled"] > 0 for r in reports)

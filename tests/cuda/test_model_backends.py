@@ -17,21 +17,30 @@ SCRIPT = os.path.join(HELPERS, "cudasim_model.py")
 import numba_cuda  # noqa: F401  (the test extra installs it: a missing one fails here, never skips)
 
 
-def run(kind, simulator):
+def start(kind, simulator):
     env = path_env()
     env.pop("NUMBA_ENABLE_CUDASIM", None)
     if simulator:
         env["NUMBA_ENABLE_CUDASIM"] = "1"
-    p = subprocess.run([sys.executable, SCRIPT, kind], env=env, capture_output=True, text=True, timeout=600)
-    lines = [ln for ln in p.stdout.splitlines() if ln.startswith("REPORT ")]
-    assert p.returncode == 0 and lines, p.stderr[-3000:]
+    return subprocess.Popen([sys.executable, SCRIPT, kind], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def report(p):
+    out, err = p.communicate(timeout=600)
+    lines = [ln for ln in out.splitlines() if ln.startswith("REPORT ")]
+    assert p.returncode == 0 and lines, err[-3000:]
     return json.loads(lines[-1][7:])
 
 
 @pytest.mark.cudasim
 def test_random_whisper_same_on_cpu_and_cuda_simulator():
-    cpu = run("cpu", simulator=False)
-    sim = run("cuda", simulator=True)
+    runs = [start("cpu", simulator=False), start("cuda", simulator=True)]   # side by side
+    try:
+        cpu, sim = (report(p) for p in runs)
+    finally:
+        for p in runs:
+            p.kill()
     assert (cpu["backend"], sim["backend"]) == ("cpu", "cuda")
     a, b = np.array(cpu["states"]), np.array(sim["states"])
     diff = np.abs(a - b).max()

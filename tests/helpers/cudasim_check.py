@@ -11,7 +11,7 @@ processes started with the same DIR share the cases between them); shapes are ti
 as the simulator runs one Python thread per CUDA thread. The simulator does no type inference, so
 the argument types of every launch can be saved, and
 
-    python tests/helpers/cudasim_check.py --ptx SIGS.json
+    python tests/helpers/cudasim_check.py --ptx SIGS.json [PART PARTS]
 
 (without the simulator; needs NVVM, e.g. from `pip install numba-cuda[cu13]`, but no GPU) compiles
 each body for exactly those types, and the kernels of _cuda_fast.py, with the CUDA compiler, and
@@ -405,9 +405,9 @@ def simulate(signatures_path, gpu=False, share=None):
     return 1 if report["failed"] else 0
 
 
-def compile_ptx(signatures_path):
-    """Compile every recorded body signature, and the CUDA-only GEMMs, to PTX; report errors and
-    float64 use."""
+def compile_ptx(signatures_path, part=0, parts=1):
+    """Compile every recorded body signature, and the CUDA-only GEMMs, to PTX (every parts-th
+    of them from the part-th: processes side by side); report errors and float64 use."""
     from numba import cuda, types
     from numba.np.numpy_support import from_dtype
 
@@ -451,7 +451,7 @@ def compile_ptx(signatures_path):
     jobs.append(("values_tiled", _cuda_fast.values_tiled.py_func, (f32_3, f32, f32, i64, i64, i64), False))
     report = {"compiled": 0, "f64": [], "errors": {},
               "unexercised": sorted(set(bodies) - set(signatures))}
-    for label, fn, argtypes, device in jobs:
+    for label, fn, argtypes, device in jobs[part::parts]:
         try:
             ptx, _ = cuda.compile_ptx(fn, argtypes, device=device, cc=(7, 5))
         except Exception as e:
@@ -468,7 +468,7 @@ def compile_ptx(signatures_path):
 if __name__ == "__main__":
     args = sys.argv[1:]
     if args[:1] == ["--ptx"]:
-        sys.exit(compile_ptx(args[1]))
+        sys.exit(compile_ptx(args[1], *map(int, args[2:4])))
     share = None
     if "--share" in args:
         share = args.pop(args.index("--share") + 1)

@@ -277,7 +277,7 @@ def test_options_have_one_home_and_are_checked_there(models):
         m.transcribe(np.zeros(16000, np.float32), hallucination_silence_threshold=1.0)
 
 
-def test_a_file_is_read_in_passes_and_its_segments_come_as_decoded(tmp_path, monkeypatch):
+def test_a_file_is_read_in_passes_and_its_segments_come_as_decoded(models, tmp_path, monkeypatch):
     """A path is never decoded whole: its pieces (made small here) are read once for the
     length, the loudest frame and the speech regions, and once more window by window; what is
     held stays near one 30 s window however long the file. The transcript is the one of the
@@ -290,7 +290,7 @@ def test_a_file_is_read_in_passes_and_its_segments_come_as_decoded(tmp_path, mon
     x = np.concatenate([audio("espeak/en-63s.flac"), np.zeros(16000, np.float32), audio("jfk.wav")])
     path = tmp_path / "long.flac"
     sf.write(path, x, 16000)
-    m = nwhisper.load("tiny.en")
+    m = models("tiny.en")
     want = [(s.start, s.end, s.text) for s in m.transcribe(x, language="en")[0]]
 
     monkeypatch.setattr(A, "BLOCK_VALUES", 1 << 15)
