@@ -98,11 +98,7 @@ class WhisperModel:
         before each encoder layer and after the pass; True raises nwhisper.records.Cancelled
         there, before any decoding (a live stream's speculative final that more speech made
         stale)."""
-        unknown = sorted(set(options) - {f.name for f in dataclasses.fields(TranscribeOptions)})
-        if unknown:
-            raise TypeError(f"transcribe() got an unknown option {unknown[0]!r}; the options are "
-                            f"TranscribeOptions' fields")
-        opts = TranscribeOptions(**options)
+        opts = transcribe_options(options, vad)
         if opts.task == "translate" and not self.dims.is_multilingual:
             raise ValueError("this model is English-only: it cannot translate")
         if opts.language is not None:
@@ -111,15 +107,27 @@ class WhisperModel:
             if not self.dims.is_multilingual and language != "en":
                 raise ValueError(f"this model is English-only; it cannot transcribe language '{language}'")
             opts = dataclasses.replace(opts, language=language)
-        if opts.batch_size > 1 and vad not in (None, False, True, "silero"):
-            raise ValueError("batch_size > 1 cuts the speech into chunks with Silero; vad cannot "
-                             f"be {vad!r} with it")
         if vad is not None and vad is not False and opts.batch_size == 1:
             return transcribe_speech(self._transcriber, _samples(audio), opts, "silero" if vad is True else vad,
                                      progress, on_segments, cancelled)
         source = audio.astype(np.float32, copy=False) if isinstance(audio, np.ndarray) else Recording(audio)
         return self._transcriber.transcribe(source, opts, progress=progress, on_segments=on_segments,
                                             cancelled=cancelled)
+
+
+def transcribe_options(options, vad=False):
+    """transcribe()'s keywords as TranscribeOptions, with every check that needs no model (a
+    command checks its options once, before it loads one): unknown names, values, and what
+    batch_size > 1 cannot take."""
+    unknown = sorted(set(options) - {f.name for f in dataclasses.fields(TranscribeOptions)})
+    if unknown:
+        raise TypeError(f"transcribe() got an unknown option {unknown[0]!r}; the options are "
+                        f"TranscribeOptions' fields")
+    opts = TranscribeOptions(**options)
+    if opts.batch_size > 1 and vad not in (None, False, True, "silero"):
+        raise ValueError("batch_size > 1 cuts the speech into chunks with Silero; vad cannot "
+                         f"be {vad!r} with it")
+    return opts
 
 
 def normalize_language(code):

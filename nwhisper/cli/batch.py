@@ -6,7 +6,7 @@ import sys
 import click
 
 from ..io.registry import DEFAULT_MODEL
-from .options import compute_type_option
+from .options import batch_size_option, compute_type_option
 
 
 def _formats(value):
@@ -36,12 +36,14 @@ def _formats(value):
               help="transcribe only the speech (as `nwhisper transcribe --vad`)")
 @click.option("--word-timestamps", is_flag=True, help="word times in the json output")
 @click.option("--beam", type=click.IntRange(1, 16), default=1, show_default=True)
+@batch_size_option
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
 @compute_type_option
 @click.option("--no-progress", is_flag=True, help="no progress bar")
 def command(inputs, output_dir, fmt, model, workers, ray, lang, task, vad, word_timestamps, beam,
-            device, compute_type, no_progress):
+            batch_size, device, compute_type, no_progress):
     """Transcribe every recording in INPUTS (files, folders, manifests) into OUTDIR."""
+    from ..api import transcribe_options
     from ..batch.jobs import BatchError, collect
     from ..batch.pool import threads_each
     from ..batch.run import run
@@ -56,7 +58,13 @@ def command(inputs, output_dir, fmt, model, workers, ray, lang, task, vad, word_
     if not jobs:
         click.echo("nwhisper batch: no recordings found in the inputs", err=True)
         sys.exit(2)
-    options = {"language": lang, "task": task, "beam_size": beam, "word_timestamps": word_timestamps}
+    options = {"language": lang, "task": task, "beam_size": beam, "word_timestamps": word_timestamps,
+               "batch_size": batch_size}
+    try:
+        transcribe_options(options, vad)    # a conflict is named once, before any model loads
+    except ValueError as e:
+        click.echo(f"nwhisper batch: {e}", err=True)
+        sys.exit(2)
     if vad:
         options["vad"] = vad
     spec = WorkerSpec(model=model, outdir=output_dir, fmts=fmts, device=device,

@@ -12,7 +12,7 @@ import click
 from ..io.checkpoint import CheckpointError
 from ..io.registry import DEFAULT_MODEL
 from ..records import TranscribeOptions
-from .options import compute_type_option, max_tokens_option
+from .options import batch_size_option, compute_type_option, max_tokens_option
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -120,9 +120,7 @@ class _Progress:
               help="transcribe only the speech, found by Silero VAD (bare --vad: silero, with faster-whisper's "
                    "vad_filter options) or the energy detector; times stay on the recording's clock. "
                    "Put it after AUDIO, or give its value: --vad AUDIO reads AUDIO as the detector")
-@click.option("--batch-size", type=click.IntRange(1, 64), default=1, show_default=True,
-              help="N > 1: cut the speech (Silero) into chunks of at most 30 s and decode N at once "
-                   "(faster-whisper's batched mode: each chunk its own window, no previous text; greedy)")
+@batch_size_option
 @click.option("--no-condition", is_flag=True, help="do not give the previous window's text as the prompt")
 @click.option("--prompt", default=None, help="text the first window is conditioned on (names, spelling, style)")
 @click.option("-f", "--format", "fmt", type=click.Choice(["txt", "srt", "vtt", "json", "tsv", "all"]), default=None,

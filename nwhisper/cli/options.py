@@ -14,3 +14,8 @@ compute_type_option = click.option(
 max_tokens_option = click.option(
     "--max", "max_tokens", type=click.IntRange(1, 448), default=TranscribeOptions.max_tokens,
     show_default=True, help="stop after N tokens per 30 s window")
+
+batch_size_option = click.option(
+    "--batch-size", type=click.IntRange(1, 64), default=TranscribeOptions.batch_size, show_default=True,
+    help="N > 1: cut the speech (Silero) into chunks of at most 30 s and decode N at once "
+         "(faster-whisper's batched mode: each chunk its own window, no previous text; greedy)")

@@ -100,6 +100,27 @@ def test_manifest_with_languages_and_a_missing_file(archive, tmp_path):
     assert failures[0]["path"].endswith("nowhere.wav") and "no such file" in failures[0]["error"]
 
 
+def test_batch_size_runs_transcribes_batched_mode(tmp_path):
+    """--batch-size 2 on a recording that Silero's chunks cut in three: the json `nwhisper
+    transcribe --batch-size 2` writes for it. An option batched decoding cannot take (--beam 3)
+    is refused before any model loads, and nothing is written."""
+    src = tmp_path / "in"
+    src.mkdir()
+    shutil.copy(os.path.join(FIX, "espeak", "en-63s.flac"), src / "long.flac")
+    want = tmp_path / "want"
+    r = nwhisper("transcribe", "tiny.en", str(src / "long.flac"), "--batch-size", "2", "-f", "json", "-o", str(want))
+    assert r.returncode == 0, r.stderr
+    out = tmp_path / "out"
+    r = nwhisper("batch", str(src), "-o", str(out), "-f", "json", "-m", "tiny.en", "--batch-size", "2")
+    assert r.returncode == 0, r.stderr
+    got, exp = (json.load(open(d / "long.json", encoding="utf-8")) for d in (out, want))
+    assert got == exp
+    assert len(got["speech_regions"]) == 3 and got["text"].strip()
+    refused = nwhisper("batch", str(src), "-o", str(tmp_path / "no"), "--batch-size", "2", "--beam", "3")
+    assert refused.returncode == 2 and "greedily" in refused.stderr, refused.stderr
+    assert not os.path.exists(tmp_path / "no")
+
+
 def test_killed_midway_and_restarted(archive, tmp_path):
     """SIGKILL after the first recording's outputs appear; the rerun finishes the rest with no
     duplicates and no half-written file left."""
