@@ -14,15 +14,11 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 
-import numpy as np
-
-from . import backend as B
-from .io.audio import Recording, load_audio
+from . import backend as B, sources
+from .abilities import Abilities, options as transcribe_options
 from .io.registry import DEFAULT_MODEL, load_checkpoint
 from .model import Whisper
 from .tokenizer import Tokenizer
-from .records import TranscribeOptions
-from .speech import transcribe_speech
 from .transcribe import Transcriber
 
 
@@ -34,6 +30,7 @@ class WhisperModel:
         self.backend = B.get(device)
         self.dims = ck.dims
         self.tokenizer = Tokenizer.from_checkpoint(ck)
+        self.abilities = Abilities.of(self.tokenizer, self.dims, f"this model ({name_or_path})")
         self.model = Whisper(ck, self.backend, compute_type)
         ck.release_pages()
         _trim_heap()
@@ -44,7 +41,7 @@ class WhisperModel:
         as a host (n_audio_ctx, n_audio_state) float32 array."""
         from . import mel as M
 
-        samples = _samples(audio)[:M.N_SAMPLES]
+        samples = sources.samples_of(audio)[:M.N_SAMPLES]
         mel = M.log_mel(samples, self.dims.n_mels, 2 * self.dims.n_audio_ctx)
         return self.backend.download(self.model.encode(mel))
 
@@ -59,7 +56,7 @@ class WhisperModel:
             return "en", 1.0, {"en": 1.0}
         # the first window as openai-whisper and faster-whisper cut it: the log-mel of the audio,
         # zero-padded to 30 s in the normalised log-mel domain
-        samples = _samples(audio)
+        samples = sources.samples_of(audio)
         n_frames = 2 * self.dims.n_audio_ctx
         content = min(len(samples), M.N_SAMPLES) // M.HOP_LENGTH
         mel = M.log_mel(samples[:M.N_SAMPLES], self.dims.n_mels, content + n_frames)
@@ -67,15 +64,16 @@ class WhisperModel:
         probs, best = detect_language(self.model, self.tokenizer, enc)
         return best, probs[best], probs
 
-    def transcribe(self, audio, *, vad=False, progress=None, on_segments=None, cancelled=None,
-                   **options):
+    def transcribe(self, audio, options=None, *, vad=False, progress=None, on_segments=None,
+                   cancelled=None, **fields):
         """audio: a path, bytes, or 16 kHz mono float32 samples → (segments, TranscriptionInfo),
         as faster-whisper returns them: the info is ready at once (the first window encoded, its
         language detected); segments is an iterator that decodes window after window as it is
         read (list() it to have them all). A file is decoded in pieces and read twice, so its
         length costs no memory; with vad, its speech is held.
 
-        options: TranscribeOptions' fields (records.py holds each one's default): language (a
+        options: a TranscribeOptions (abilities.options builds one from what a user asked), or
+        its fields as keywords (records.py holds each one's default): language (a
         code in any case, an unknown one named in the error; None detects it on a multilingual
         model), task, max_tokens, timestamps, condition_on_previous_text, beam_size, best_of,
         patience, temperature (a number, or a sequence for openai's fallback ladder,
@@ -92,54 +90,19 @@ class WhisperModel:
         "silero" (Silero VAD with faster-whisper's vad_filter options: threshold 0.5,
         min_silence 2000 ms, speech_pad 400 ms), "energy" (the energy detector), a detector
         (chunk → p(speech), with reset()), or a function (samples, sr) → [(start, end)] in
-        samples. progress(done_s, total_s): called after every long-form window. on_segments(new):
-        called with each window's new segments as they are decoded (with vad, on the joined
-        speech's clock; the returned segments are on the recording's). cancelled(): asked
+        samples. progress(done_s, total_s): called after every long-form window and every batch.
+        on_segments(new): called with each window's new segments as they are decoded, on the
+        recording's clock. cancelled(): asked
         before each encoder layer and after the pass; True raises nwhisper.records.Cancelled
         there, before any decoding (a live stream's speculative final that more speech made
         stale)."""
-        opts = transcribe_options(options, vad)
-        if opts.task == "translate" and not self.dims.is_multilingual:
-            raise ValueError("this model is English-only: it cannot translate")
-        if opts.language is not None:
-            language = normalize_language(opts.language)
-            self.tokenizer.language_id(language)    # an unknown code is named in the error
-            if not self.dims.is_multilingual and language != "en":
-                raise ValueError(f"this model is English-only; it cannot transcribe language '{language}'")
-            opts = dataclasses.replace(opts, language=language)
-        if vad is not None and vad is not False and opts.batch_size == 1:
-            return transcribe_speech(self._transcriber, _samples(audio), opts, "silero" if vad is True else vad,
-                                     progress, on_segments, cancelled)
-        source = audio.astype(np.float32, copy=False) if isinstance(audio, np.ndarray) else Recording(audio)
-        return self._transcriber.transcribe(source, opts, progress=progress, on_segments=on_segments,
-                                            cancelled=cancelled)
-
-
-def transcribe_options(options, vad=False):
-    """transcribe()'s keywords as TranscribeOptions, with every check that needs no model (a
-    command checks its options once, before it loads one): unknown names, values, and what
-    batch_size > 1 cannot take."""
-    unknown = sorted(set(options) - {f.name for f in dataclasses.fields(TranscribeOptions)})
-    if unknown:
-        raise TypeError(f"transcribe() got an unknown option {unknown[0]!r}; the options are "
-                        f"TranscribeOptions' fields")
-    opts = TranscribeOptions(**options)
-    if opts.batch_size > 1 and vad not in (None, False, True, "silero"):
-        raise ValueError("batch_size > 1 cuts the speech into chunks with Silero; vad cannot "
-                         f"be {vad!r} with it")
-    return opts
-
-
-def normalize_language(code):
-    """'EN', ' en ', 'en-US', 'en_GB' → 'en' (a region or script suffix is dropped)."""
-    c = str(code).strip().lower().replace("_", "-")
-    return c.split("-")[0] if "-" in c and len(c.split("-")[0]) in (2, 3) else c
-
-
-def _samples(audio):
-    if isinstance(audio, np.ndarray):
-        return audio.astype(np.float32, copy=False)
-    return load_audio(audio)
+        if options is not None:
+            if fields:
+                raise TypeError("transcribe() takes TranscribeOptions or its fields as keywords, not both")
+            fields = dataclasses.asdict(options)
+        opts = self.abilities.check(transcribe_options(vad, **fields))
+        return self._transcriber.transcribe(sources.of(audio, vad, opts.batch_size), opts, progress=progress,
+                                            on_segments=on_segments, cancelled=cancelled)
 
 
 def load(name_or_path=DEFAULT_MODEL, device="auto", compute_type="float32"):

@@ -65,7 +65,7 @@ class TranscribeOptions:
                                                 # None = the model's (30 s); fewer encode only
                                                 # audio_ctx · 20 ms (short-form only)
     batch_size: int = 1                         # > 1: the speech cut into chunks of ≤ 30 s, that many
-                                                # decoded at once (transcribe.Transcriber._batched)
+                                                # decoded at once (sources.chunks)
     prepend_punctuations: str = "\"'“¿([{-"
     append_punctuations: str = "\"'.。,，!！?？:：”)]}、"
 

@@ -17,11 +17,11 @@ segment's own timestamps preferred when a first/last word is more than 0.5 s off
 from __future__ import annotations
 
 import string
+from dataclasses import dataclass
 
 import numba
 import numpy as np
 
-from .alignment_heads import alignment_heads
 from .records import Word
 
 TOKENS_PER_SECOND = 50          # encoder positions per second: 16000 / 160 / 2
@@ -121,14 +121,24 @@ class _Timing:
         self.word, self.tokens, self.start, self.end, self.probability = word, tokens, start, end, probability
 
 
-def find_alignment(tr, enc, lang, task, text_tokens, num_frames):
+@dataclass(frozen=True)
+class Aligner:
+    """What word timing reads of a model: the network (model.Whisper), its tokenizer, and the
+    alignment heads [(layer, head)] whose cross-attention follows the audio being spoken
+    (alignment_heads.alignment_heads)."""
+    model: object
+    tok: object
+    heads: tuple
+
+
+def find_alignment(aligner, enc, lang, task, text_tokens, num_frames):
     """[_Timing] per word of `text_tokens` within one window (times from the window's start)."""
-    tok, model, be = tr.tok, tr.model, tr.model.be
+    tok, model, heads = aligner.tok, aligner.model, aligner.heads
+    be = model.be
     if not text_tokens:
         return []
     sot_seq = tok.sot_sequence(language=lang if model.dims.is_multilingual else None, task=task)
     tokens = sot_seq + [tok.no_timestamps] + list(text_tokens) + [tok.eot]
-    heads = alignment_heads(tr.ck, model.dims)
     cw = {l: None for l, _ in heads}
     state = model.new_state(enc)
     logits = be.download(model.decode(state, np.asarray(tokens, np.int32), cross_weights=cw))
@@ -182,15 +192,15 @@ def merge_punctuations(alignment, prepended, appended):
         j += 1
 
 
-def add_word_timestamps(tr, segments, enc, lang, opts, num_frames, time_offset, last_speech):
+def add_word_timestamps(aligner, segments, enc, lang, opts, num_frames, time_offset, last_speech):
     """Fill `segment.words` for one window's segments (openai's add_word_timestamps); segment
     start/end may move to their words'. `last_speech`: where speech last ended before this
     window (the long-form loop keeps it, as openai's last_speech_timestamp)."""
 
-    eot = tr.tok.eot
+    eot = aligner.tok.eot
     per_seg = [[t for t in s.tokens if t < eot] for s in segments]
     text = [t for ts in per_seg for t in ts]
-    alignment = find_alignment(tr, enc, lang, opts.task, text, num_frames)
+    alignment = find_alignment(aligner, enc, lang, opts.task, text, num_frames)
     durations = np.array([t.end - t.start for t in alignment])
     durations = durations[durations.nonzero()]
     median = min(0.7, float(np.median(durations))) if len(durations) else 0.0

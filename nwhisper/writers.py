@@ -27,6 +27,12 @@ import os
 FORMATS = ("txt", "srt", "vtt", "tsv", "json")
 
 
+def needs_timestamps(formats):
+    """Do any of these formats ("all" among them) show times? Then the windows are decoded with
+    timestamp tokens, whether or not a terminal shows them: every format but txt does."""
+    return any(f != "txt" for f in formats)
+
+
 def format_timestamp(seconds, always_include_hours=False, decimal_marker="."):
     """openai-whisper's format_timestamp: [HH:]MM:SS<marker>mmm, rounded to the millisecond."""
     assert seconds >= 0, "non-negative timestamp expected"

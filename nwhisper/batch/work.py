@@ -10,10 +10,12 @@ with ok False and the reason; the worker goes on with the next.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from dataclasses import dataclass, field
 
+from ..records import TranscribeOptions
 from .jobs import Job, write_outputs
 
 
@@ -25,7 +27,8 @@ class WorkerSpec:
     device: str = "cpu"
     compute_type: str = "float32"
     threads: int | None = None             # Numba threads per worker (None: all cores)
-    options: dict = field(default_factory=dict)    # transcribe()'s keywords (language, task …)
+    options: TranscribeOptions = field(default_factory=TranscribeOptions)   # abilities.options'
+    vad: str | None = None                 # transcribe()'s vad
 
 
 class Worker:
@@ -45,11 +48,8 @@ class Worker:
         t = time.perf_counter()
         out = {"path": job.path, "ok": False, "audio_s": 0.0, "wall_s": 0.0, "error": None}
         try:
-            options = dict(s.options)
-            if job.language:
-                options["language"] = job.language
-            timestamps = any(f != "txt" for f in s.fmts) or options.get("word_timestamps", False)
-            segments, info = self.model.transcribe(job.path, timestamps=timestamps, **options)
+            options = dataclasses.replace(s.options, language=job.language) if job.language else s.options
+            segments, info = self.model.transcribe(job.path, options, vad=s.vad)
             segments = list(segments)
             write_outputs(job, s.outdir, s.fmts, {f: writers.render(segments, info, f) for f in s.fmts})
             out.update(ok=True, audio_s=float(info.duration))

@@ -43,7 +43,7 @@ def _formats(value):
 def command(inputs, output_dir, fmt, model, workers, ray, lang, task, vad, word_timestamps, beam,
             batch_size, device, compute_type, no_progress):
     """Transcribe every recording in INPUTS (files, folders, manifests) into OUTDIR."""
-    from ..api import transcribe_options
+    from ..abilities import options as transcribe_options
     from ..batch.jobs import BatchError, collect
     from ..batch.pool import threads_each
     from ..batch.run import run
@@ -58,18 +58,16 @@ def command(inputs, output_dir, fmt, model, workers, ray, lang, task, vad, word_
     if not jobs:
         click.echo("nwhisper batch: no recordings found in the inputs", err=True)
         sys.exit(2)
-    options = {"language": lang, "task": task, "beam_size": beam, "word_timestamps": word_timestamps,
-               "batch_size": batch_size}
-    try:
-        transcribe_options(options, vad)    # a conflict is named once, before any model loads
+    try:        # a conflict is named once, before any model loads
+        options = transcribe_options(vad, formats=fmts, language=lang, task=task, beam_size=beam,
+                                     timestamps=word_timestamps or None, word_timestamps=word_timestamps,
+                                     batch_size=batch_size)
     except ValueError as e:
         click.echo(f"nwhisper batch: {e}", err=True)
         sys.exit(2)
-    if vad:
-        options["vad"] = vad
     spec = WorkerSpec(model=model, outdir=output_dir, fmts=fmts, device=device,
                       compute_type=compute_type, threads=threads_each(workers, cores()),
-                      options=options)
+                      options=options, vad=vad)
     try:
         summary = run(jobs, spec, workers=workers, ray=ray, progress=not no_progress)
     except (RuntimeError, ValueError, OSError) as e:     # the model or Ray could not start

@@ -134,25 +134,24 @@ def transcribe(args, lang, task, max_tokens, timestamps, nospeech, beam, best_of
                device, compute_type):
     """Transcribe AUDIO files with MODEL (a name or path; default tiny.en)."""
     from .. import writers
+    from ..abilities import options
     from ..api import load
     from ..io.audio import AudioError
     from ..io.registry import KNOWN
 
-    temps = _temperatures(temperature)
-    word_timestamps = word_timestamps or hallucination_s is not None
     model_arg, files = _split_model(args, KNOWN)
+    words = word_timestamps or hallucination_s is not None
     try:
+        opts = options(vad, formats=() if fmt is None else (fmt,), language=lang, task=task,
+                       max_tokens=max_tokens, timestamps=timestamps or words, no_speech_threshold=nospeech,
+                       beam_size=beam, best_of=best_of, temperature=_temperatures(temperature),
+                       word_timestamps=words, hallucination_silence_threshold=hallucination_s,
+                       condition_on_previous_text=not no_condition, initial_prompt=prompt, batch_size=batch_size)
         model = load(model_arg, device=device, compute_type=compute_type)
         for f in files:
             bar = _Progress(f)
             try:
-                segments, info = model.transcribe(
-                    f, language=lang, task=task, max_tokens=max_tokens,
-                    timestamps=timestamps or (fmt not in (None, "txt")) or word_timestamps,
-                    no_speech_threshold=nospeech, beam_size=beam, best_of=best_of, temperature=temps,
-                    word_timestamps=word_timestamps, hallucination_silence_threshold=hallucination_s, vad=vad,
-                    condition_on_previous_text=not no_condition, initial_prompt=prompt, batch_size=batch_size,
-                    progress=bar)
+                segments, info = model.transcribe(f, opts, vad=vad, progress=bar)
                 if fmt is not None:
                     paths = writers.write(segments, info, f, fmt, output_dir)
                     bar.close()

@@ -87,7 +87,7 @@ class Context:
         h = self.host
         return {
             "status": "ok" if h.loaded else "idle",
-            "model": {"name": h.name, "device": h.device_name, "compute_type": h.compute_type, "multilingual": h.multilingual,
+            "model": {"name": h.name, "device": h.device_name, "compute_type": h.compute_type, "multilingual": h.abilities.multilingual,
                       **h.shape},
             "requests": self.requests,
             "failed": self.failed,
@@ -167,9 +167,7 @@ def url(cfg, port):
 
 def startup_notes(cfg, host):
     """What to tell the operator once the model is loaded; ValueError for a --lang it lacks."""
-    if cfg.language is not None and host.languages and cfg.language not in host.languages:
-        raise ValueError(f"unknown language code '{cfg.language}'; this model knows: "
-                         f"{', '.join(host.languages)}")
+    host.abilities.language(cfg.language)
     notes = []
     if not cfg.token and not auth.is_loopback(cfg.host):
         notes.append(f"nwhisper: WARNING: listening on {cfg.host or 'every address'} without a "

@@ -24,6 +24,8 @@ from ..records import compression_ratio
 from ..tokenizer import LANGUAGE_CODES
 
 FORMATS = ("json", "text", "srt", "vtt", "verbose_json")
+# the file format (nwhisper.writers) each one shows as much as: json and text are only the text
+AS_WRITTEN = {"json": "txt", "text": "txt", "srt": "srt", "vtt": "vtt", "verbose_json": "json"}
 
 CONTENT_TYPES = {
     "json": "application/json",
@@ -93,7 +95,7 @@ def render(fmt, segments, info, task="transcribe", extra=None):
     elif fmt in ("text", "srt", "vtt"):
         from .. import writers      # the CLI's writers, so files and responses agree
 
-        body = writers.render(segments, info, "txt" if fmt == "text" else fmt)
+        body = writers.render(segments, info, AS_WRITTEN[fmt])
     else:
         raise ValueError(f"response_format {fmt!r} is not one of {', '.join(FORMATS)}")
     return body, CONTENT_TYPES[fmt]

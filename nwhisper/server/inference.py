@@ -31,6 +31,8 @@ import numpy as np
 from tornado import ioloop
 from tornado.concurrent import Future, future_set_exception_unless_cancelled, future_set_result_unless_cancelled
 
+from ..abilities import Abilities
+
 log = logging.getLogger("nwhisper.server")
 
 FINAL, DRAFT = 0, 1          # job priorities: lower runs first
@@ -69,9 +71,7 @@ class ModelHost:
         self._running = None         # the Job in the worker, or None
         self._holds = 0              # open streams: while > 0 the model is not unloaded
         self.shape = {}              # the model's dimensions, kept across unloads
-        self.languages = ()          # language codes the tokenizer knows, kept across unloads
-        self.multilingual = False
-        self.accepts = frozenset()   # keyword arguments model.transcribe takes
+        self.abilities = Abilities(f"this model ({name})", False, ())   # the model's, kept across unloads
         self.loads = self.unloads = 0
         self.abandoned = 0           # jobs dropped from the queue because their client left
         self.waits = {FINAL: collections.deque(maxlen=WAITS_KEPT), DRAFT: collections.deque(maxlen=WAITS_KEPT)}
@@ -98,7 +98,7 @@ class ModelHost:
             self._load()
             if warmup:
                 t0 = time.perf_counter()
-                self._model.transcribe(np.zeros(int(WARMUP_SECONDS * 16000), np.float32))
+                list(self._model.transcribe(np.zeros(int(WARMUP_SECONDS * 16000), np.float32))[0])
                 self.utterance_s = time.perf_counter() - t0
 
         self._worker.submit(go).result()
@@ -112,8 +112,7 @@ class ModelHost:
         self.shape = {k: getattr(d, k) for k in (
             "n_mels", "n_vocab", "n_audio_ctx", "n_audio_state", "n_audio_head", "n_audio_layer",
             "n_text_ctx", "n_text_state", "n_text_head", "n_text_layer")}
-        self.multilingual = bool(d.is_multilingual)
-        self.languages = tuple(c for c, _ in m.tokenizer.languages)
+        self.abilities = m.abilities
         self.device_name = getattr(m.backend, "name", type(m.backend).__name__)
         self._model = m
         log.info("model %s loaded in %.0f ms", self.name, self.last_load_ms)

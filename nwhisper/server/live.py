@@ -47,6 +47,7 @@ import time
 import numpy as np
 from tornado import ioloop
 
+from ..abilities import options
 from ..io.audio import SAMPLE_RATE, StreamResampler
 from ..vad.endpointer import CHUNK_MS, End
 from ..vad.stream import VadStream, detector
@@ -88,13 +89,14 @@ def stable_prefix(previous, current):
 
 
 def final_job(audio, options, cancelled=None):
-    """A FINAL job for ModelHost.submit: transcribe `audio` (16 kHz) with `options`; the result is
+    """A FINAL job for ModelHost.submit: transcribe `audio` (16 kHz) with `options`
+    (TranscribeOptions); the result is
     (text, seconds it took), or None when `cancelled()` said so (checked between the encoder's
     layers and after them)."""
     def run(model):             # on the model's worker thread
         t = time.perf_counter()
         try:
-            segments, _ = model.transcribe(audio, cancelled=cancelled, **options)
+            segments, _ = model.transcribe(audio, options, cancelled=cancelled)
         except Cancelled:
             return None
         return _text(segments), time.perf_counter() - t
@@ -351,10 +353,10 @@ class LiveStream:
         return final_job(audio, self._model_options(), cancelled)
 
     def _model_options(self):
-        return dict(language=self.language(), max_tokens=self.max_tokens, initial_prompt=self.prompt)
+        return options(language=self.language(), max_tokens=self.max_tokens, initial_prompt=self.prompt)
 
     def _submit_draft(self):
-        kw = self._model_options()
+        opts = self._model_options()
 
         def run(model):             # on the model's worker thread
             want = self._draft_want
@@ -362,7 +364,7 @@ class LiveStream:
                 return None
             seg, t0, t1, audio = want
             ctx = draft_ctx(len(audio) / SAMPLE_RATE, model.dims.n_audio_ctx)
-            segments, _ = model.transcribe(audio, audio_ctx=ctx, **kw)
+            segments, _ = model.transcribe(audio, dataclasses.replace(opts, audio_ctx=ctx))
             return want, _text(segments)
 
         self._draft_job = job = self.host.submit(run, DRAFT)

@@ -36,6 +36,7 @@ import secrets
 
 import numpy as np
 
+from ..abilities import options
 from ..io.audio import SAMPLE_RATE, StreamResampler
 from .inference import FINAL, Abandoned
 from .live import seen, final_job
@@ -218,9 +219,9 @@ class RealtimeHandler(StreamHandler):
                                 "input_audio_buffer_commit_empty")
         audio = self.manual.take()
         item = self._committed()
-        options = dict(language=self.live_language(), max_tokens=self.ctx.config.max_tokens,
+        opts = options(language=self.live_language(), max_tokens=self.ctx.config.max_tokens,
                        initial_prompt=self.session.prompt)
-        job = self.ctx.host.submit(final_job(audio, options), FINAL)
+        job = self.ctx.host.submit(final_job(audio, opts), FINAL)
         job.future.add_done_callback(seen)
         self._pending.add(job)
         self._last = asyncio.ensure_future(

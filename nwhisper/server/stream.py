@@ -24,6 +24,7 @@ import os
 
 from tornado import websocket
 
+from ..abilities import Unsupported
 from . import auth
 from .limits import Busy
 from .live import LiveStream
@@ -137,15 +138,10 @@ class StreamHandler(websocket.WebSocketHandler):
 
     def check_language(self, lang, error):
         """Raise error(message) unless the model knows `lang` (None and "auto": detect)."""
-        host = self.ctx.host
-        if lang in (None, "auto"):
-            return
-        if host.languages and lang not in host.languages:
-            raise error(f"unknown language code '{lang}'; this model knows: "
-                        f"{', '.join(host.languages)}")
-        if not host.multilingual and lang != "en":
-            raise error(f"this model ({host.name}) is English-only; it cannot transcribe "
-                        f"language '{lang}'")
+        try:
+            self.ctx.host.abilities.language(lang)
+        except Unsupported as e:
+            raise error(str(e)) from None
 
     def _send(self, message):
         if self.ws_connection is None or self.ws_connection.is_closing():

@@ -15,7 +15,9 @@ from dataclasses import dataclass
 
 from tornado import ioloop, web
 
+from ..abilities import Unsupported, options
 from ..io.audio import AudioError, load_audio
+from ..writers import needs_timestamps
 from . import auth, formats
 from .inference import Abandoned
 from .limits import Busy
@@ -104,15 +106,14 @@ class TranscribeHandler(JsonHandler):
         try:
             up = parse(self.request, body)
             ask = self.ask(up)
-            kwargs = self._call_args(ask)
+            opts = self._options(ask)
             audio = io.BytesIO(up.data)
             audio.name = up.filename
             samples = await ioloop.IOLoop.current().run_in_executor(self.ctx.decoders, load_audio, audio)
             if self._gone:
                 return
-            if ask.stream:
-                kwargs["on_segments"] = self._start_events()
-            self._job = self.ctx.host.submit(lambda m: _transcribe(m, samples, kwargs))
+            on_segments = self._start_events() if ask.stream else None
+            self._job = self.ctx.host.submit(lambda m: _transcribe(m, samples, opts, ask.vad, on_segments))
             segments, info = await self._job.future
             if self._gone:              # it was already running when the client went away
                 return
@@ -180,18 +181,15 @@ class TranscribeHandler(JsonHandler):
                                                 "code": OPENAI_CODES.get(status)}})
         self.finish()
 
-    def _call_args(self, ask):
-        """model.transcribe's keyword arguments for `ask`; Reject for what this model cannot do."""
-        host, cfg = self.ctx.host, self.ctx.config
-        if ask.language is not None and host.languages and ask.language not in host.languages:
-            raise Reject(400, f"unknown language code '{ask.language}'; this model knows: "
-                              f"{', '.join(host.languages)}", "language")
-        if ask.task == "translate" and not host.multilingual:
-            raise Reject(400, f"this model ({host.name}) is English-only: it cannot translate", "model")
-        return dict(language=ask.language, task=ask.task, max_tokens=cfg.max_tokens,
-                    timestamps=ask.timestamps, vad=ask.vad, temperature=ask.temperature,
-                    initial_prompt=ask.prompt, word_timestamps=ask.words,
-                    beam_size=ask.beam_size or None)
+    def _options(self, ask):
+        """The TranscribeOptions of `ask`; Reject for what this model cannot do."""
+        try:
+            return self.ctx.host.abilities.check(options(
+                ask.vad, language=ask.language, task=ask.task, max_tokens=self.ctx.config.max_tokens,
+                timestamps=ask.timestamps, temperature=ask.temperature, initial_prompt=ask.prompt,
+                word_timestamps=ask.words, beam_size=ask.beam_size))
+        except Unsupported as e:
+            raise Reject(400, str(e), e.param)
 
     def on_finish(self):
         self._let_go()
@@ -213,20 +211,20 @@ class TranscribeHandler(JsonHandler):
             self._ticket = None
 
 
-def _transcribe(model, samples, kwargs):          # in the model's worker thread
-    segments, info = model.transcribe(samples, **kwargs)
+def _transcribe(model, samples, opts, vad, on_segments):          # in the model's worker thread
+    segments, info = model.transcribe(samples, opts, vad=vad, on_segments=on_segments)
     return list(segments), info
 
 
 def _language(value, default):
-    """A request's language: None (detect) for '', 'auto'; 'EN', 'en-US', 'en_GB' → 'en'."""
-    if value is None:
-        return default
-    value = value.strip().lower().replace("_", "-")
-    if value in ("", "auto"):
-        return None
-    base = value.split("-")[0]
-    return base if "-" in value and len(base) in (2, 3) else value
+    """A request's language, as asked ('auto', '' and a region suffix are abilities' to read);
+    the server's when the request names none."""
+    return default if value is None else value
+
+
+def _timestamps(cfg, fmt):
+    """Segments with times: the server's default, or a response_format that shows them."""
+    return cfg.timestamps or needs_timestamps([formats.AS_WRITTEN[fmt]])
 
 
 def _format(value, default="json"):
@@ -256,7 +254,7 @@ class InferenceHandler(TranscribeHandler):
         if timestamps is None and up.has("no_timestamps"):
             timestamps = not up.flag("no_timestamps")
         if timestamps is None:      # subtitles and verbose_json are about times
-            timestamps = cfg.timestamps or fmt in ("srt", "vtt", "verbose_json")
+            timestamps = _timestamps(cfg, fmt)
         words = up.flag("token_timestamps")
         if words is None:           # whisper.cpp's default: words in a timestamped verbose_json
             words = fmt == "verbose_json" and timestamps
@@ -297,7 +295,7 @@ class OpenAIHandler(TranscribeHandler):
                               f"{', '.join(sorted(unknown))}", "timestamp_granularities[]")
         timestamps = up.flag("timestamps")
         if timestamps is None:
-            timestamps = cfg.timestamps or fmt in ("srt", "vtt", "verbose_json")
+            timestamps = _timestamps(cfg, fmt)
         language = None if self.task == "translate" else _language(up.text("language"), cfg.language)
         return Ask(fmt=fmt, language=language, task=self.task, timestamps=timestamps,
                    vad=up.flag("vad", cfg.vad), temperature=up.number("temperature", 0.0, 1.0, 0.0),

@@ -9,8 +9,8 @@ import pytest
 
 from nwhisper import timing
 from nwhisper.records import TranscribeOptions, Word
-from nwhisper.speech import Clock
-from nwhisper.transcribe import _is_anomaly, _word_anomaly
+from nwhisper.sources import Clock
+from nwhisper.hallucination import is_anomaly, word_anomaly
 
 
 def monotone_paths(n, m):
@@ -72,12 +72,12 @@ def test_the_vad_clock_maps_joined_speech_back_to_the_recording():
 def test_made_up_words_are_marked_as_openai_marks_them():
     def w(start, end, p):
         return Word(start, end, " word", p)
-    assert _word_anomaly(w(0.0, 0.5, 0.9)) == 0.0
-    assert _word_anomaly(w(0.0, 0.5, 0.1)) == 1.0                      # improbable
-    assert _word_anomaly(w(0.0, 0.033, 0.9)) == pytest.approx(1.5)     # far too short: (0.133 - 0.033) · 15
-    assert _word_anomaly(w(0.0, 3.0, 0.9)) == pytest.approx(1.0)       # too long: 3 - 2
+    assert word_anomaly(w(0.0, 0.5, 0.9)) == 0.0
+    assert word_anomaly(w(0.0, 0.5, 0.1)) == 1.0                      # improbable
+    assert word_anomaly(w(0.0, 0.033, 0.9)) == pytest.approx(1.5)     # far too short: (0.133 - 0.033) · 15
+    assert word_anomaly(w(0.0, 3.0, 0.9)) == pytest.approx(1.0)       # too long: 3 - 2
     seg = types.SimpleNamespace(words=[w(0, 0.05, 0.1), w(0.05, 0.1, 0.1), w(0.1, 0.2, 0.9)])
-    assert _is_anomaly(seg)                                              # score ≥ 3
+    assert is_anomaly(seg)                                              # score ≥ 3
     seg = types.SimpleNamespace(words=[w(0, 0.5, 0.9), w(0.5, 1.0, 0.9), w(1.0, 1.4, 0.1)])
-    assert not _is_anomaly(seg)
-    assert not _is_anomaly(None) and not _is_anomaly(types.SimpleNamespace(words=[]))
+    assert not is_anomaly(seg)
+    assert not is_anomaly(None) and not is_anomaly(types.SimpleNamespace(words=[]))

@@ -213,9 +213,10 @@ def test_addr():
 
 
 def test_startup_notes():
+    from nwhisper.abilities import Abilities
     from nwhisper.server.app import Config, startup_notes
 
-    host = types.SimpleNamespace(languages=("en", "fi"))
+    host = types.SimpleNamespace(abilities=Abilities("this model (m)", True, ("en", "fi")))
     assert startup_notes(Config(host="127.0.0.1"), host) == []
     notes = startup_notes(Config(host="0.0.0.0", vad=True), host)
     assert len(notes) == 1 and "WARNING: listening on 0.0.0.0 without a token" in notes[0]
