@@ -66,8 +66,7 @@ def test_transcribe_batched_equals_each_chunk_alone(models, name, compute_type, 
     asked for, as the long form does), followed, where that window ended over REST_S before
     its speech did, by the rest of its speech transcribed the same way; the speech of every
     clip is in it."""
-    from nwhisper import speech
-    from nwhisper import transcribe as T
+    from nwhisper import sources
     from nwhisper.vad import regions
 
     m = models(name, compute_type)
@@ -83,17 +82,14 @@ def test_transcribe_batched_equals_each_chunk_alone(models, name, compute_type, 
     assert any(b == a2 for (_, b), (a2, _) in zip(pieces, pieces[1:]))  # the 63 s region cut
     rests = []
 
-    def by_itself(spans):     # a window transcribed alone, then the rest it left, as the batch does
-        clock = speech.Clock(spans, 16000, regions.SILERO.speech_pad_ms / 1000)
-        y = np.concatenate([x[a:b] for a, b in spans])
-        segs = list(m.transcribe(y, timestamps=True, **lang)[0])
-        rest = []
-        if segs and len(y) / 16000 - segs[-1].end > T.REST_S:
-            rest = speech.speech_after(spans, clock, segs[-1].end)
-        segs = list(speech.on_recording_clock(segs, clock))
-        if sum(b - a for a, b in rest) > T.REST_S * 16000:
-            rests.append(rest)
-            segs += by_itself(rest)
+    def by_itself(spans, key=(0,)):  # a window transcribed alone, then the rest it left, as the batch does
+        piece = sources.chunk_piece(x, spans, key)
+        segs = list(m.transcribe(piece.samples, timestamps=True, **lang)[0])
+        rest = piece.rest(segs[-1].end) if segs else None
+        segs = piece.clock.place(segs)
+        if rest is not None:
+            rests.append(rest.spans)
+            segs += by_itself(rest.spans, rest.key)
         return segs
     alone = [s for c in chunks for s in by_itself(c)]
     print(f"{len(chunks)} chunks, {len(rests)} rests decoded again: {rests}")

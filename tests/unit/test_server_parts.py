@@ -15,6 +15,7 @@ import click
 import pytest
 from tornado.httputil import HTTPHeaders, HTTPServerRequest, RequestStartLine
 
+from nwhisper.abilities import Abilities, normalize_language
 from nwhisper.cli.serve import parse_addr
 from nwhisper.server import auth, formats, tls
 from nwhisper.server.transcription import _language
@@ -58,6 +59,7 @@ class FakeModel:
             is_multilingual=False)
         self.tokenizer = types.SimpleNamespace(languages=[("en", 50259)])
         self.backend = types.SimpleNamespace(name="cpu")
+        self.abilities = Abilities.of(self.tokenizer, self.dims, "fake")
 
     def transcribe(self, audio, language=None, vad=False):
         return [], None
@@ -140,10 +142,14 @@ def test_raw_body_takes_its_options_from_the_query():
 
 
 def test_language_field():
-    assert _language(None, "fi") == "fi"
-    assert _language("auto", "fi") is None and _language("", None) is None
-    assert _language(" EN ", None) == "en" and _language("en-US", None) == "en"
-    assert _language("pt_BR", None) == "pt" and _language("haw", None) == "haw"
+    """A request's language field, read as the routes read it: the server's default where the
+    field is absent, then abilities' normalisation."""
+    def read(value, default):
+        return normalize_language(_language(value, default))
+    assert read(None, "fi") == "fi"
+    assert read("auto", "fi") is None and read("", None) is None
+    assert read(" EN ", None) == "en" and read("en-US", None) == "en"
+    assert read("pt_BR", None) == "pt" and read("haw", None) == "haw"
 
 
 # -- formats.py -------------------------------------------------------------------------------
