@@ -41,7 +41,8 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from transcribe import ROOT, THREADS, child_env, ct2_dir, word_edits, words  # noqa: E402
+from machine import ROOT, THREADS  # noqa: E402
+from transcribe import child_env, ct2_dir, word_edits, words  # noqa: E402
 
 SYSTEMS = ["nwhisper", "nwhisper-batched", "fw", "fw-batched"]
 

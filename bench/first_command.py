@@ -31,7 +31,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from transcribe import ROOT, THREADS, THREAD_VARS  # noqa: E402
+from machine import ROOT, THREADS, THREAD_VARS  # noqa: E402
 
 JFK = os.path.join(ROOT, "fixtures", "jfk.wav")
 WORDS = "ask not what your country can do for you"

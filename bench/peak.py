@@ -33,7 +33,7 @@ from llvmlite import ir
 from numba import njit, prange, types
 from numba.extending import intrinsic
 
-from transcribe import ROOT, THREADS
+from machine import ROOT, THREADS, cpu_flags
 
 sys.path.insert(0, ROOT)
 from nwhisper.kernels import gemm_int8  # noqa: E402
@@ -133,13 +133,6 @@ def _best_seconds(f, *args, repeat=5):
         f(*args)
         best = min(best, time.perf_counter() - t)
     return best
-
-
-def cpu_flags():
-    """The first CPU's feature flags in /proc/cpuinfo."""
-    with open("/proc/cpuinfo") as f:
-        line = next((ln for ln in f if ln.startswith("flags")), "flags :")
-    return set(line.split(":", 1)[1].split())
 
 
 def measure(threads=THREADS):

@@ -59,7 +59,7 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from transcribe import ROOT, THREAD_VARS, THREADS
+from machine import ROOT, THREAD_VARS, THREADS
 
 os.environ.update({k: str(THREADS) for k in THREAD_VARS})    # before NumPy loads its BLAS
 # What nwhisper/__init__ sets before NumPy loads, which here comes first: without it OpenBLAS's

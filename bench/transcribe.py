@@ -81,10 +81,7 @@ import sys
 import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-THREADS = 2
-THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMBA_NUM_THREADS",
-               "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS")
+from machine import ROOT, THREADS, THREAD_VARS, cpu_flags
 CLIPS = {"11": "fixtures/espeak/en-11s.flac", "63": "fixtures/espeak/en-63s.flac"}
 SYSTEMS = ["nwhisper", "nwhisper-int8", "fw-f32", "fw-int8", "whisper.cpp", "openai", "transformers"]
 LABEL = {"nwhisper": "nwhisper", "nwhisper-int8": "nwhisper int8", "fw-f32": "fw fp32", "fw-int8": "fw int8",
@@ -580,7 +577,6 @@ def table(title, summ, systems):
 
 def header(args, systems):
     cpu = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")), "?")
-    from peak import cpu_flags      # peak imports this module: here, once both are loaded
     flags = cpu_flags()
     isa = "AVX-512" if "avx512f" in flags else ("AVX2" if "avx2" in flags else "no AVX2")
     mem = int(next(ln for ln in open("/proc/meminfo") if ln.startswith("MemTotal")).split()[1]) / 2**20

@@ -17,7 +17,15 @@ import os
 os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
 
 from . import kernel_cache  # noqa: E402,F401  (before any module defines a cached kernel)
-from .api import WhisperModel, load  # noqa: E402
 from .records import Segment, TranscribeOptions, TranscriptionInfo, Word  # noqa: E402
 
 __all__ = ["load", "WhisperModel", "Segment", "Word", "TranscriptionInfo", "TranscribeOptions"]
+
+
+def __getattr__(name):
+    """load and WhisperModel, imported on first use: the model and its kernels are not what a
+    command's --help or a server's parsers need."""
+    if name in ("load", "WhisperModel"):
+        from . import api
+        return getattr(api, name)
+    raise AttributeError(f"module 'nwhisper' has no attribute {name!r}")

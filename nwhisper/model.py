@@ -26,7 +26,7 @@ from . import kernels as K
 from .kernels.attention import heads_int8
 from .io.checkpoint import Checkpoint
 from .decoder_state import BatchState, DecoderState
-from .records import Cancelled
+from .records import COMPUTE_TYPES, Cancelled
 
 LN_EPS = 1e-5   # torch.nn.LayerNorm's default, which every Whisper was trained with
 
@@ -35,9 +35,6 @@ def _host(a, dtype=None):
     """A checkpoint array as an aligned, contiguous host array (memory-mapped CT2 tensors may be
     unaligned, which Numba refuses); float32 unless a dtype is given."""
     return np.require(a, dtype=dtype or np.float32, requirements=["C", "A"])
-
-
-COMPUTE_TYPES = ("float32", "int8")
 
 
 def _stacked(ck, parts):

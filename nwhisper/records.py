@@ -15,6 +15,8 @@ from __future__ import annotations
 import zlib
 from dataclasses import dataclass, field
 
+COMPUTE_TYPES = ("float32", "int8")   # load(compute_type=): HF's arithmetic, or CTranslate2's int8
+
 
 @dataclass
 class Segment:

@@ -1,7 +1,7 @@
 """CudaBackend: arrays are numba.cuda device arrays; a kernel body runs as a CUDA grid, one thread
 per work item; f16 weights stay f16 on the device and are widened where they are read. The
 GEMMs, softmax, layernorm and attention have block-per-row fast paths (kernels/_cuda_fast.py),
-and every launch goes through kernels/_cuda_launch.py, a fraction of Numba's per-call cost; a
+and every launch goes through kernels/_cuda_driver.py, a fraction of Numba's per-call cost; a
 decoder step is replayed as a CUDA graph. With NUMBA_ENABLE_CUDASIM=1 (set before numba is
 imported) it runs on Numba's CUDA simulator.
 """
@@ -45,10 +45,10 @@ class CudaBackend(Backend):
         # (the views hold the memory, not the array)
         self._views = weakref.WeakKeyDictionary()
         self.fast_paths = not self.simulator if fast_paths is None else fast_paths
-        from nwhisper.kernels import _cuda_launch
-        # run(kernel, grid, block, *args): every launch goes through it (_cuda_launch.py says why)
-        self.run = _cuda_launch.launcher(self.simulator)
-        self._uncapturable = _cuda_launch.Uncapturable
+        from nwhisper.kernels import _cuda_driver
+        # run(kernel, grid, block, *args): every launch goes through it (_cuda_driver.py says why)
+        self.run = _cuda_driver.launcher(self.simulator)
+        self._uncapturable = _cuda_driver.Uncapturable
         # replay() records graphs where the launcher can (not the simulator's) and the decoder's
         # attention reads its position on the device (the fast paths)
         self.replays = self.replays and self.fast_paths and getattr(self.run, "can_capture", False)

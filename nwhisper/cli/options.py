@@ -2,8 +2,7 @@
 
 import click
 
-from ..model import COMPUTE_TYPES
-from ..records import TranscribeOptions
+from ..records import COMPUTE_TYPES, TranscribeOptions
 
 compute_type_option = click.option(
     "--compute-type", type=click.Choice(COMPUTE_TYPES), default="float32", show_default=True,

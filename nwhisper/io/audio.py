@@ -37,6 +37,9 @@ import numba
 import numpy as np
 import soundfile as sf
 
+from . import container
+from .errors import AudioError
+
 SAMPLE_RATE = 16000
 MIN_RATE, MAX_RATE = 1000, 768000   # sample rates we accept; a header outside is lying or exotic
 
@@ -50,15 +53,6 @@ ZERO_CROSSINGS = math.ceil((STOPBAND_DB - 7.95) / (2 * 2.285 * math.pi * TRANSIT
 
 MAX_TABLE = 1 << 21   # filter coefficients held at once; odd rate pairs are filtered in slices
 BLOCK_VALUES = 1 << 22   # decode this many samples (frames × channels) at a time
-
-
-class AudioError(ValueError):
-    """Input that is not decodable audio: the message names the input and what is wrong."""
-
-    def __init__(self, name, problem):
-        self.name = name
-        self.problem = problem
-        super().__init__(f"{name}: {problem}")
 
 
 def load_audio(source, sr=SAMPLE_RATE):
@@ -176,8 +170,6 @@ def decode_blocks(name, data):
     except (sf.SoundFileError, RuntimeError) as e:
         if _libsndfile_claims(data):
             raise AudioError(name, f"cannot decode audio: {_one_line(e)}") from None
-        from . import container
-
         return container.decode(name, data, tried=f"libsndfile: {_one_line(e)}")
     declared = f.frames if 0 < f.frames < 1 << 62 else 0
     return f.samplerate, _sf_blocks(name, f), declared

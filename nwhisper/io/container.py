@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .audio import AudioError
+from .errors import AudioError
 
 
 def decode(name, source, block=1 << 20, tried=None):

@@ -1,19 +1,21 @@
-"""`nwhisper serve`: a transcription service on Tornado — whisper.cpp's and OpenAI's HTTP APIs.
+"""`nwhisper serve`: a transcription service on Tornado — whisper.cpp's and OpenAI's HTTP APIs, and
+live audio over WebSockets (the seed protocol and OpenAI Realtime), on one port.
 
 The model loads once, before the port opens; a request pays only for its own audio.
 
-    app.py        routes and handlers; Config; run() loads, binds and serves
-    inference.py  ModelHost: the model, its single worker thread, the job queue, idle unload
-    limits.py     Slots: how many requests are served at once, and a bounded wait
-    upload.py     a request's audio and fields (multipart or raw body); Reject
-    formats.py    json, text, srt, vtt, verbose_json
-    auth.py       the token (Bearer or ?token=), compared in constant time
-    tls.py        a self-signed ECDSA P-256 certificate, or your PEMs
-    static/       the test page served at /
-    stream.py     (its own issue) the WebSocket for live audio, on the same port — see
-                  app._stream_routes for what it plugs into
-
-Run it as `nwhisper serve [MODEL] --addr HOST:PORT` or `python -m nwhisper.server …`.
+    app.py              the routes, the small handlers; Config; run() loads, binds and serves
+    handlers.py         the JSON handler every route derives from: CORS, the token, errors
+    transcription.py    POST /inference and /v1/audio/transcriptions|translations
+    upload.py           a request's audio and fields (multipart or raw body); Reject
+    formats.py          json, text, srt, vtt, verbose_json
+    model_host.py       ModelHost: the model, its one worker thread, finals before drafts, idle unload
+    limits.py           Slots: how many requests are served at once, and a bounded wait
+    stream.py           the live WebSocket at / and /stream; protocol.py, its wire format
+    live.py             one live stream: the endpointer's events turned into model jobs
+    realtime.py         OpenAI Realtime transcription sessions; realtime_events.py, their events
+    client.py           a client of the live stream (`nwhisper stream`)
+    auth.py, tls.py     the token; a self-signed certificate or your PEMs
+    static/             the test page served at /
 """
 
 from .app import Config, make_app, run

@@ -35,7 +35,7 @@ from tornado import httpserver, netutil, web
 from ..io.registry import DEFAULT_MODEL
 from ..records import TranscribeOptions
 from . import auth, realtime, stream
-from .inference import ModelHost
+from .model_host import ModelHost
 from .limits import Slots
 from .handlers import JsonHandler, NotFound
 from .transcription import InferenceHandler, OpenAIHandler
@@ -46,7 +46,6 @@ STATIC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "static")
 MiB = 1 << 20
 
 
-@dataclass
 @dataclass
 class Config:
     model: str = DEFAULT_MODEL

@@ -29,7 +29,7 @@ How an utterance becomes an answer:
 * Partial: a DRAFT job over the utterance so far, encoded with a short context (the audio + 5 s,
   at least 10 s: whisper.cpp's audio_ctx). A stream keeps at most one draft waiting; a newer one
   replaces it, and one whose utterance has closed is skipped. Drafts queue behind every final
-  (inference.ModelHost's priorities), so under load they are late or dropped, finals never.
+  (model_host.ModelHost's priorities), so under load they are late or dropped, finals never.
   `stable` is the words the last two drafts agree on, from the start.
 
 Everything here runs on the IOLoop, except the job functions, which run on the model's worker
@@ -52,7 +52,7 @@ from ..io.audio import SAMPLE_RATE, StreamResampler
 from ..vad.endpointer import CHUNK_MS, End
 from ..vad.stream import VadStream, detector
 from ..records import Cancelled, TranscribeOptions
-from .inference import DRAFT, FINAL, Abandoned
+from .model_host import DRAFT, FINAL, Abandoned
 
 log = logging.getLogger("nwhisper.server")
 

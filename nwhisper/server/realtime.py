@@ -38,7 +38,7 @@ import numpy as np
 
 from ..abilities import options
 from ..io.audio import SAMPLE_RATE, StreamResampler
-from .inference import FINAL, Abandoned
+from .model_host import FINAL, Abandoned
 from .live import seen, final_job
 from .realtime_events import (MIN_COMMIT_MS, RealtimeError, Session, apply_beta, apply_ga,
                               decode_append)

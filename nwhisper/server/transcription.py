@@ -19,7 +19,7 @@ from ..abilities import Unsupported, options
 from ..io.audio import AudioError, load_audio
 from ..writers import needs_timestamps
 from . import auth, formats
-from .inference import Abandoned
+from .model_host import Abandoned
 from .limits import Busy
 from .upload import Reject, parse
 from .handlers import OPENAI_CODES, JsonHandler

@@ -1,11 +1,14 @@
-"""Rules of the house, checked on the source: no import circle among nwhisper's modules, no op
-module that chooses a variant by a backend's name (ops read capabilities: be.on_host), no file
+"""Rules of the house, checked on the source: no import circle among nwhisper's modules or its
+rooms (a subpackage, or a module at the top; imports inside functions counted too), a command's
+--help that does not load the kernels, no op module that chooses a variant by a backend's name (ops read capabilities: be.on_host), no file
 that names the documents outside the repository this project was specified from, and no module
 much over 500 lines."""
 
 import ast
 import os
 import re
+import subprocess
+import sys
 
 from paths import ROOT
 
@@ -23,12 +26,12 @@ def modules():
     return found
 
 
-def top_level_imports(name, path, known):
-    """The nwhisper modules `name` imports when it is imported (not those inside functions)."""
+def imports(name, path, known):
+    """The nwhisper modules `name` imports, at its top or inside its functions."""
     tree = ast.parse(open(path, encoding="utf-8").read())
     package = name if path.endswith("__init__.py") else name.rsplit(".", 1)[0]
     out = set()
-    for node in tree.body:
+    for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
@@ -42,19 +45,16 @@ def top_level_imports(name, path, known):
     return {m for m in out if m in known and m != name}
 
 
-def test_no_import_circle():
-    known = modules()
-    graph = {m: top_level_imports(m, p, known) for m, p in known.items()}
-    # a package's __init__ runs before its modules: an edge into a package is not a circle back
-    graph = {m: {t for t in ts if not known[t].endswith("__init__.py")} for m, ts in graph.items()}
-    state, circles = {}, []
+def circles(graph):
+    """The import circles of {node: nodes it imports}, each as a path back to its start."""
+    state, found = {}, []
 
     def visit(m, stack):
         state[m] = "open"
         stack.append(m)
         for t in sorted(graph[m]):
             if state.get(t) == "open":
-                circles.append(stack[stack.index(t):] + [t])
+                found.append(stack[stack.index(t):] + [t])
             elif t not in state:
                 visit(t, stack)
         stack.pop()
@@ -62,7 +62,50 @@ def test_no_import_circle():
     for m in sorted(graph):
         if m not in state:
             visit(m, [])
-    assert not circles, "import circles: " + "; ".join(" -> ".join(c) for c in circles)
+    return found
+
+
+def module_graph():
+    known = modules()
+    graph = {m: imports(m, p, known) for m, p in known.items()}
+    # a package's __init__ runs before its modules: an edge into a package is not a circle back
+    return {m: {t for t in ts if not known[t].endswith("__init__.py")} for m, ts in graph.items()}
+
+
+def room(module):
+    """The room a module stands in: its subpackage (nwhisper.server), or itself at the top."""
+    parts = module.split(".")
+    return ".".join(parts[:2])
+
+
+def test_no_import_circle():
+    found = circles(module_graph())
+    assert not found, "import circles: " + "; ".join(" -> ".join(c) for c in found)
+
+
+def test_no_import_circle_between_rooms():
+    """No subpackage imports one that imports it back (an arrow up a floor: server -> cli)."""
+    rooms = {}
+    for m, ts in module_graph().items():
+        rooms.setdefault(room(m), set()).update(room(t) for t in ts if room(t) != room(m))
+    found = circles(rooms)
+    assert not found, "circles between rooms: " + "; ".join(" -> ".join(c) for c in found)
+
+
+def test_help_does_not_load_the_kernels():
+    """Every command's --help, and the parsers behind it, need neither the model nor its kernels."""
+    probe = ("import sys\n"
+             "from nwhisper.cli.main import cli\n"
+             "for cmd in [[]] + [[c] for c in cli.commands]:\n"
+             "    try:\n"
+             "        cli.main(cmd + ['--help'], standalone_mode=False)\n"
+             "    except SystemExit:\n"
+             "        pass\n"
+             "print(sorted(m for m in sys.modules if m.startswith(('nwhisper.kernels', "
+             "'nwhisper.model', 'nwhisper.backend'))))\n")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True,
+                         cwd=ROOT).stdout
+    assert out.strip().splitlines()[-1] == "[]", out[-2000:]
 
 
 def test_no_op_module_reads_a_backend_name():

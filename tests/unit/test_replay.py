@@ -1,6 +1,6 @@
 """CpuBackend.replay: a decoder step's calls recorded once and played again without the Python
 that chose them (Backend.replay's state machine; the CUDA graph's side is in
-test_cuda_launch.py).
+test_cuda_driver.py).
 
 Truth: the same model decoding the same tokens with replays off (every step run through the
 model's code). A played step must give the same logits bit for bit at every position -- the

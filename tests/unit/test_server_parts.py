@@ -19,7 +19,7 @@ from nwhisper.abilities import Abilities, normalize_language
 from nwhisper.cli.serve import parse_addr
 from nwhisper.server import auth, formats, tls
 from nwhisper.server.transcription import _language
-from nwhisper.server.inference import DRAFT, FINAL, Abandoned, ModelHost
+from nwhisper.server.model_host import DRAFT, FINAL, Abandoned, ModelHost
 from nwhisper.server.limits import Busy, Slots
 from nwhisper.server.upload import Reject, parse
 

@@ -1,4 +1,4 @@
-"""kernels/_cuda_launch.py without a GPU: its argument layout against numba-cuda's own, its graphs.
+"""kernels/_cuda_driver.py without a GPU: its argument layout against numba-cuda's own, its graphs.
 
 The Launcher passes a kernel's arguments the way numba-cuda's `_Kernel._prepare_args` lays them
 out. Both run here on device arrays whose memory is a stand-in (an address, no allocation: no
@@ -20,7 +20,7 @@ from numba.cuda.cudadrv.devicearray import DeviceNDArray  # noqa: E402
 from numba.cuda.dispatcher import _Kernel  # noqa: E402
 
 from nwhisper.backend import StepRecording  # noqa: E402
-from nwhisper.kernels import _cuda_launch  # noqa: E402
+from nwhisper.kernels import _cuda_driver  # noqa: E402
 
 
 class _Memory:
@@ -108,7 +108,7 @@ def int_args():
 def test_launcher_passes_what_numba_passes(monkeypatch, make):
     args = make()
     launched = []
-    launcher = _cuda_launch.Launcher()
+    launcher = _cuda_driver.Launcher()
     monkeypatch.setattr(launcher, "_launch", lambda stream, config, fn, *flat: launched.append((fn, flat)))
     kernel = _Dispatcher()
     launcher(kernel, 3, 128, *args)            # the first: through Numba, which compiles
@@ -123,7 +123,7 @@ def test_launcher_passes_what_numba_passes(monkeypatch, make):
 def test_new_argument_types_compile_anew(monkeypatch):
     """The same kernel with arrays of another layout or dtype goes back through Numba once."""
     launched = []
-    launcher = _cuda_launch.Launcher()
+    launcher = _cuda_driver.Launcher()
     monkeypatch.setattr(launcher, "_launch", lambda stream, config, fn, *flat: launched.append(flat))
     kernel = _Dispatcher()
     variants = [(device_array((4, 8), np.float32),), (device_array((4, 8), np.float32, strides=(4, 16)),),
@@ -150,7 +150,7 @@ class _CooperativeDispatcher(_Dispatcher):
 
 
 def test_launcher_leaves_what_it_does_not_know_to_numba(monkeypatch):
-    launcher = _cuda_launch.Launcher()
+    launcher = _cuda_driver.Launcher()
     monkeypatch.setattr(launcher, "_launch", lambda *a: pytest.fail("launched past Numba"))
     plain, cooperative = _Dispatcher(), _CooperativeDispatcher()
     for _ in range(3):
@@ -201,7 +201,7 @@ def test_capture_records_launches_into_a_graph(monkeypatch, capturing):
     """Launches made before with the same types go into the graph being built, then to the
     stream again; the graph replays on the stream."""
     targets = []
-    launcher = _cuda_launch.Launcher()
+    launcher = _cuda_driver.Launcher()
     monkeypatch.setattr(launcher, "_launch", lambda target, config, fn, *flat: targets.append(target))
     kernel, args = _Dispatcher(), decoder_step_args()
     launcher(kernel, 3, 128, *args)                    # compiled and launched by Numba
@@ -220,10 +220,10 @@ def test_capture_records_launches_into_a_graph(monkeypatch, capturing):
 def test_capture_refuses_what_it_cannot_record(monkeypatch, capturing):
     """A launch Numba would have to make (new types: a compile) stops the capture, which ends
     without a graph; launches go to the stream again."""
-    launcher = _cuda_launch.Launcher()
+    launcher = _cuda_driver.Launcher()
     monkeypatch.setattr(launcher, "_launch", lambda *a: pytest.fail("launched while refusing"))
     kernel = _Dispatcher()
-    with pytest.raises(_cuda_launch.Uncapturable):
+    with pytest.raises(_cuda_driver.Uncapturable):
         launcher.capture(lambda: launcher(kernel, 3, 128, *decoder_step_args()))
     assert capturing == [("begin", "relaxed"), "end"] and kernel.numba_launches == 0
     assert launcher._target is launcher._stream
@@ -239,7 +239,7 @@ class _Recorder:
         self.captures += 1
         if self.refuse:
             self.refuse -= 1
-            raise _cuda_launch.Uncapturable("new types")
+            raise _cuda_driver.Uncapturable("new types")
         return run(), f"graph {self.captures}"
 
     def replay(self, graph):
@@ -251,7 +251,7 @@ def _backend(run):
     from nwhisper.backend import CudaBackend
     be = CudaBackend.__new__(CudaBackend)
     be.scratch_generation, be.replays, be.run = 0, True, run
-    be._position_from_host, be._uncapturable = False, _cuda_launch.Uncapturable
+    be._position_from_host, be._uncapturable = False, _cuda_driver.Uncapturable
     return be
 
 
