@@ -472,7 +472,7 @@ class Whisper:
         """x += fc2(GELU(fc1(LN(x)))), fc1's output in the backend's workspace. in_place (the
         encoder's 1500 rows): LN(x) goes to the rows the attention's LN(x) had, and the GELU
         overwrites fc1's output, where a second 9 MB buffer would cost more memory traffic than
-        it saves. Else gemm normalises x (in its product, where it can), and the GELU writes
+        it saves. Else matmul.linear normalises x (in its product, where it can), and the GELU writes
         another buffer: a decoder's launch is small enough to run as a serial loop, which LLVM
         vectorises only where out is not x (it cannot tell that the overlap is harmless)."""
         be, s = self.be, self.scratch

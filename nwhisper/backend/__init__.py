@@ -1,13 +1,14 @@
-"""The dispatch object that model code talks to: arrays, transfers, GEMM and kernel launches.
+"""The dispatch object that model code and kernels talk to: arrays, transfers, prepared weights,
+kernel launches, a backend's own fast paths and the replay of a decoder step.
 
     be = backend.get("auto")                  # CpuBackend or CudaBackend
     x = be.empty((1500, d), np.float32)
     be.launch(layernorm_row, rows, x, w, b, y, d, np.float32(1e-5))   # one body, either target
-    be.gemm(y, W, out, bias)                  # out = y @ W.T + bias
+    linear(be, y, be.weight(W), bias, out)    # kernels.matmul: out = y @ W.T + bias
 
-base.py  Backend: what both share (launcher lookup, scratch buffers, int8 weights, the op hooks
-         with their portable bodies, replay of a decoder step kept in a StepRecording) and the capabilities the ops
-         choose their variants by (`on_host`)
+base.py  Backend: the protocol, grouped (memory, weights, launch, fast paths, replay), each member
+         with its contract; the shared mechanisms (launcher lookup, scratch buffers, the replay's
+         bookkeeping in a StepRecording) and the portable defaults of the fast paths
 cpu.py   CpuBackend: NumPy arrays, Numba parallel loops, BLAS from Numba's own threads
 cuda.py  CudaBackend: numba.cuda device arrays, CUDA grids and their fast paths; whether CUDA
          can run here (cuda_unusable)

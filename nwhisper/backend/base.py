@@ -1,6 +1,16 @@
-"""What both backends share: the launcher lookup, the scratch buffers, int8 weights, the op hooks
-(each with its portable body, which a backend may replace by a fast path) and the replay of a
-decoder step. Ops read a backend's capabilities (`on_host`), never its name.
+"""The backend protocol: what model code and kernels may call on a backend, grouped, each with a
+one-line contract. Nothing else of a backend is read from outside it. Ops choose their variants
+by the capabilities declared here (`on_host`, the fast-path hooks), never by a backend's name.
+
+    memory    empty, zeros, upload, download, write, scratch, workspace, constant, flat, columns
+    weights   weight, weight_rows, weight_int8, table: a matrix prepared for kernels.matmul
+    launch    launch (a kernel body over work items), serial, host (a host call), sync
+    fast      a backend's own version of an op, where it has one (a portable body runs where not):
+              gemm_fast, layernorm, softmax_rows, attention_fast, reads_position, heads
+    replay    replay (a decoder step repeated as cheaply as the backend can), note_host_position
+
+The base class gives the portable defaults and the shared mechanisms (launcher lookup, scratch
+buffers, the replay's bookkeeping); cpu.py and cuda.py implement the rest.
 """
 
 import math
@@ -9,8 +19,7 @@ import os
 import numpy as np
 
 from nwhisper.kernels import _compile
-from nwhisper.kernels.elementwise import add
-from nwhisper.kernels.matmul import Int8Weight, linear_elem, quantize_int8
+from nwhisper.kernels.matmul import Int8Weight, quantize_int8
 from nwhisper.kernels.norm import layernorm_row
 from nwhisper.kernels.reduce import softmax_row
 
@@ -30,11 +39,11 @@ class StepRecording:
 
 
 class Backend:
-    """What both backends share: the launcher lookup and the scratch buffers."""
+    """The protocol (the module docstring groups it) and what both backends share."""
 
-    name = None
-    # What the ops choose their variants by (an op never reads `name`): the arrays are NumPy
-    # arrays in host memory, so NumPy, BLAS and array views work on them where they lie.
+    name = None   # for people and reports ("cpu", "cuda"); no op reads it
+    # The arrays are NumPy arrays in host memory, so NumPy, BLAS and array views work on them
+    # where they lie (and host() may be called).
     on_host = False
 
     def __init__(self, target):
@@ -55,6 +64,29 @@ class Backend:
                                "decorate it with @kernel in a module of _compile.BODY_MODULES")
             self._fns[(kernel, suffix)] = fn
         return fn
+
+    # --- memory ---------------------------------------------------------------------------------
+
+    def empty(self, shape, dtype=np.float32):
+        """An uninitialised array of this backend."""
+        raise NotImplementedError
+
+    def zeros(self, shape, dtype=np.float32):
+        """An array of this backend filled with zeros."""
+        raise NotImplementedError
+
+    def upload(self, a):
+        """Host array `a` as this backend's kernels take it (C-contiguous; no copy where none is
+        needed)."""
+        raise NotImplementedError
+
+    def download(self, a):
+        """A host copy of this backend's array `a`, which later kernels do not change."""
+        raise NotImplementedError
+
+    def write(self, dst, src):
+        """dst[...] = host array src, dst from this backend (of src's shape and dtype)."""
+        dst[...] = src
 
     def scratch(self, name, shape, dtype=np.float32, exact=False):
         """A reusable array of `shape` for the op called `name`; contents undefined.
@@ -88,10 +120,28 @@ class Backend:
         serves them all (an encoder's 1500 rows: 9 MB for tiny.en, instead of 33)."""
         return self.scratch("workspace", shape, dtype, exact=True)
 
-    # Up to this many rows an int8 weight runs linear_elem (a GEMV streaming the int8 rows once
-    # for all rows; on the CPU linear_tiles); above, a GEMM: the CPU's int8 GEMM when the weight was packed for it, the
-    # full matrix's on CUDA.
-    GEMV_ROWS = 8
+    def constant(self, key, make):
+        """make()'s arrays, made once per backend and `key` and kept as long as the backend
+        (tables such as the log-mel's filters)."""
+        value = self._constants.get(key)
+        if value is None:
+            value = self._constants[key] = make()
+        return value
+
+    def flat(self, a):
+        """`a` as one dimension (an elementwise kernel's view)."""
+        return a.reshape(-1)
+
+    def columns(self, x, start, stop):
+        """x[:, start:stop] of a C-contiguous 2-D array: a view."""
+        return x[:, start:stop]
+
+    # --- weights: matrices prepared for kernels.matmul ----------------------------------------
+
+    def weight(self, a, gemv=False):
+        """A matrix for kernels.matmul's products, in the form this backend multiplies fastest
+        (gemv=True: mostly by a few rows, the decoder's)."""
+        raise NotImplementedError
 
     def weight_rows(self, a):
         """A matrix that only products of many rows multiply (an encoder's, compute_type
@@ -117,53 +167,34 @@ class Backend:
         if columns is not None:
             a = np.asarray(a, np.float32) * columns   # the full-precision matrix as well
         full = self.weight(a)
-        return Int8Weight(*quantize_int8(self, full), full)
+        return Int8Weight(*quantize_int8(self, full), full, quantized_rows=quantized_rows)
 
-    def _linear_body(self, x, w, out, bias, accumulate=False):
-        """out = x @ w.T (+ bias) by linear_elem (out += … when `accumulate`); w f32/f16 (CPU:
-        uint16 bits) or an Int8Weight."""
-        q, scale = (w.q, w.scale) if isinstance(w, Int8Weight) else (w, self._none)
-        n, n_in = x.shape
-        self.launch(linear_elem, q.shape[0], x, q, scale,
-                    self._none if bias is None else bias, out, n, n_in, accumulate,
-                    work=n * q.shape[0] * n_in // 64)  # vectorised: ~64 MACs per scalar step
+    # --- launch ---------------------------------------------------------------------------------
 
-    def flat(self, a):
-        """`a` as one dimension (an elementwise kernel's view)."""
-        return a.reshape(-1)
+    def launch(self, kernel, count, *args, work=None):
+        """Run body `kernel(i, *args)` for i in range(count) (`work`: its scalar steps, which the
+        CPU decides a serial loop by)."""
+        raise NotImplementedError
 
-    def columns(self, x, start, stop):
-        """x[:, start:stop] of a C-contiguous 2-D array: a view."""
-        return x[:, start:stop]
+    def serial(self, work):
+        """Whether a launch of `work` scalar steps runs in the calling thread, not shared out."""
+        return False
 
-    def normalized(self, x, ln):
-        """LayerNorm(x) (ln = (w, b, eps)) in a scratch buffer: what gemm multiplies where it does
-        not fuse the normalisation into its product; x itself for ln None."""
-        if ln is None:
-            return x
-        h = self.scratch("gemm.ln", x.shape)
-        self.layernorm(x, ln[0], ln[1], h, np.float32(ln[2]))
-        return h
+    def host(self, fn, *args):
+        """fn(*args), a compiled host function or a NumPy/BLAS call on this backend's arrays, as a
+        step of the launches replay() repeats (on_host backends only)."""
+        raise NotImplementedError(f"{type(self).__name__} has no host arrays")
 
-    def gemm_add(self, x, w, out, bias=None):
-        """out += x @ w.T (+ bias), as gemm into a scratch buffer and add_elem; a backend may fuse
-        the two."""
-        tmp = self.scratch("gemm_add", out.shape)
-        self.gemm(x, w, tmp, bias)
-        add(self, out, tmp, out)
+    def sync(self):
+        """Wait until every launch made so far has finished."""
+        raise NotImplementedError
 
-    HEADS_COPY = False    # whether heads() returns a copy of x (else x itself)
+    # --- fast paths: a backend's own version of an op (the portable body runs where it has none) --
 
-    def heads(self, x, n_head):
-        """Keys or values (n, H*hd) that many queries will attend to, in the layout this
-        backend's attention reads fastest: here as they are."""
-        return x
-
-    def softmax_rows(self, x, scale=1.0, nq=1, causal=False, q_offset=0):
-        """x = softmax(scale * x) along rows, in place, masked as reduce.softmax_row says;
-        x (rows, n) f32. The portable body; a backend may run a faster equivalent."""
-        self.launch(softmax_row, x.shape[0], x, x.shape[1], np.float32(scale), nq, causal,
-                    q_offset, work=x.size)
+    def gemm_fast(self, x, w, bias, out, ln, accumulate):
+        """matmul's product out (+)= [LayerNorm](x) @ w.T + bias by this backend's own GEMM;
+        False where it has none."""
+        return False
 
     # LayerNorm is shared out over threads from this many rows (an encoder's), never for a decoder
     # step's few: a row's sums may round one way in the serial launcher and another in the
@@ -177,6 +208,12 @@ class Backend:
         self.launch(layernorm_row, rows, x, w, b, out, x.shape[1], eps,
                     work=x.size if rows >= self.LAYERNORM_PARALLEL_ROWS else 0)
 
+    def softmax_rows(self, x, scale=1.0, nq=1, causal=False, q_offset=0):
+        """x = softmax(scale * x) along rows, in place, masked as reduce.softmax_row says;
+        x (rows, n) f32. The portable body; a backend may run a faster equivalent."""
+        self.launch(softmax_row, x.shape[0], x, x.shape[1], np.float32(scale), nq, causal,
+                    q_offset, work=x.size)
+
     def attention_fast(self, q, k, v, out, p, causal, q_offset, at):
         """kernels.attention's product by this backend's own kernels; False where it has none
         (then the portable launches run)."""
@@ -188,22 +225,19 @@ class Backend:
         do not."""
         return False
 
+    HEADS_COPY = False    # whether heads() returns a copy of x (else x itself)
+
+    def heads(self, x, n_head):
+        """Keys or values (n, H*hd) that many queries will attend to, in the layout this
+        backend's attention reads fastest: here as they are."""
+        return x
+
+    # --- replay ---------------------------------------------------------------------------------
+
     def note_host_position(self):
         """An op of the launches being run took a position from the host: a replay of them would
         repeat it, so replay() does not record these."""
         self._position_from_host = True
-
-    def constant(self, key, make):
-        """make()'s arrays, made once per backend and `key` and kept as long as the backend
-        (tables such as the log-mel's filters)."""
-        value = self._constants.get(key)
-        if value is None:
-            value = self._constants[key] = make()
-        return value
-
-    def write(self, dst, src):
-        """dst[...] = host array src, dst from this backend (of src's shape and dtype)."""
-        dst[...] = src
 
     def replay(self, rec, run):
         """run() -- launches that read whatever changes from one call to the next from device
@@ -233,3 +267,12 @@ class Backend:
         if tape is not None and rec.generation == self.scratch_generation:
             rec.tape, rec.result = tape, result
         return result
+
+    def _record(self, run):
+        """(run()'s result, a recording of its launches that _play repeats, or None where they
+        cannot be recorded)."""
+        raise NotImplementedError
+
+    def _play(self, tape):
+        """The launches of a _record's recording again."""
+        raise NotImplementedError

@@ -1,5 +1,6 @@
-"""CpuBackend: arrays are NumPy arrays; a kernel body runs as a Numba parallel loop; GEMMs run on
-BLAS, called from Numba's own threads (kernels/blas.py: one thread pool). Numba has no float16
+"""CpuBackend: arrays are NumPy arrays; a kernel body runs as a Numba parallel loop; the ops' host
+variants (BLAS, called from Numba's own threads: kernels/blas.py, one thread pool; the int8 GEMM;
+linear_tiles) run on them through host(). Numba has no float16
 on the CPU and NumPy no float16 BLAS, so f16 data is widened to f32: once, when it is uploaded or
 prepared as a weight; for each product, an encoder's matrices (HalfRows); or as it is read, as
 f16 bits, by the decoder's GEMV. A decoder step is replayed as the list of calls it made.
@@ -9,21 +10,10 @@ import os
 
 import numpy as np
 
-from nwhisper.kernels import blas, gemm_int8, linear_tiles
-from nwhisper.kernels.matmul import Int8Weight, quantize_int8
+from nwhisper.kernels import blas, gemm_int8
+from nwhisper.kernels.matmul import HalfRows, Int8Weight, quantize_int8
 from nwhisper.kernels.widen import to_float32
 from nwhisper.backend.base import Backend
-
-
-class HalfRows:
-    """A float16 matrix that products of many rows multiply on BLAS (a float32 encoder's): its
-    bits, where the checkpoint holds them, widened into a scratch matrix for each product (the
-    same float32 values). Half the memory of a float32 copy, which a large model's encoder
-    feels (large-v3's: 1.3 GB), for a pass over the weights per product: ~1 % of the work of
-    an encoder's 1500 rows."""
-
-    def __init__(self, bits):
-        self.bits, self.shape, self.dtype = bits, bits.shape, np.dtype(np.float16)
 
 
 _ENTRIES = {}   # CpuBackend._entry's choices, by (dispatcher, its arguments' _signature)
@@ -42,7 +32,7 @@ def _signature(fn, a):
 
 
 class CpuBackend(Backend):
-    """Kernels as Numba parallel loops over NumPy arrays; GEMMs on BLAS."""
+    """Kernels as Numba parallel loops over NumPy arrays; host calls recorded for replay."""
 
     name = "cpu"
     on_host = True
@@ -54,9 +44,6 @@ class CpuBackend(Backend):
 
     def __init__(self):
         super().__init__("cpu")
-        self._none = np.empty((0,), np.float32)
-        self._zero_at = np.zeros((1,), np.int32)   # attend_row's `at` where there is none
-        self._filled = {}   # (value, n): a constant vector, a layer's scales or bias where it has none
         self._tape = None   # while replay() records: [(function, args)] of every call
         if not blas.available():
             # NumPy's BLAS keeps a thread pool of its own (kernels/blas.py says why that
@@ -86,7 +73,7 @@ class CpuBackend(Backend):
         return np.array(a)
 
     def weight(self, a, gemv=False):
-        """A matrix for gemm: C-contiguous f32 (f16 widened once, widen.to_float32; f32 kept
+        """A matrix for matmul's products: C-contiguous f32 (f16 widened once, widen.to_float32; f32 kept
         without a copy).
 
         gemv=True, for a matrix that is mostly multiplied by a few rows (the decoder's): an f16
@@ -120,98 +107,14 @@ class CpuBackend(Backend):
     def weight_int8(self, a, quantized_rows=True, columns=None):
         """As Backend.weight_int8, without the full-precision matrix: every product reads the
         int8 rows, quantised from the checkpoint's own (f16) weights, the columns' scales
-        applied in the quantiser. Many rows run on the int8 GEMM where it runs (gemm_int8.available, the rows
-        packed for it here), else on BLAS with the rows dequantised (_full); a matrix with
-        quantized_rows=False (a decoder's) on linear_elem with float activations (linear_tiles where
-        it runs; a prompt's rows at BLAS's speed, measured)."""
-        w = Int8Weight(*quantize_int8(self, self.weight(a, gemv=True), columns), None)  # f16 bits
+        applied in the quantiser; packed for the int8 GEMM where it runs and may (matmul.variant
+        says which product takes what)."""
+        w = Int8Weight(*quantize_int8(self, self.weight(a, gemv=True), columns), None,
+                       quantized_rows=quantized_rows)   # f16 bits
         if quantized_rows and gemm_int8.available() and w.shape[0] % gemm_int8.COLS == 0:
             w.packed = gemm_int8.PackedInt8(w.q, w.scale)
             w.keep_packed_only()
-        # The decoder's matrices stay on linear_elem for any number of rows, so that a row's sums
-        # are the same whether it is decoded alone or in a batch.
-        w.blas_rows = quantized_rows and not gemm_int8.available()
         return w
-
-    def _on_body(self, x, w):
-        """Whether gemm multiplies x by w with linear_elem or linear_tiles (not BLAS, not the
-        int8 GEMM)."""
-        if isinstance(w, Int8Weight):
-            return x.shape[0] <= self.GEMV_ROWS or (w.packed is None and not w.blas_rows)
-        return w.dtype == np.uint16
-
-    def _full(self, w):
-        """The float32 matrix that BLAS multiplies by: a HalfRows' widened, an Int8Weight's rows
-        times their scales (a product of many rows where the int8 GEMM does not run, neither
-        AVX-512 VNNI nor AVX2: the portable loop over the int8 rows took 3-4x BLAS's time for
-        an encoder's 1500 rows, tiny.en on an AVX2 CPU), each in a scratch matrix, a pass over
-        the weights that costs ~1 % of the product's work; any other weight as it is."""
-        if isinstance(w, HalfRows):
-            full = self.scratch("gemm.full", w.shape)
-            self.host(to_float32, w.bits, full)
-        elif isinstance(w, Int8Weight):
-            full = self.scratch("gemm.full", w.shape)
-            self.host(np.multiply, w.q, w.scale[:, None], full)
-        else:
-            full = w
-        return full
-
-    def _linear_body(self, x, w, out, bias, accumulate=False):
-        """As Backend._linear_body, on linear_tiles where it runs (the same sums, a tile of rows
-        × outputs at a time; for every number of rows, so a row's sums do not depend on its
-        company)."""
-        q = w.q if isinstance(w, Int8Weight) else w
-        n, n_in = x.shape
-        if not (linear_tiles.available() and linear_tiles.fits(n_in) and q.dtype in (np.int8, np.uint16)
-                and x.flags.c_contiguous and out.flags.c_contiguous):
-            super()._linear_body(x, w, out, bias, accumulate)
-            return
-        n_out = q.shape[0]
-        scale = w.scale if isinstance(w, Int8Weight) else self._constant(1.0, n_out)
-        bias = self._constant(0.0, n_out) if bias is None else bias
-        serial = self._serial(n * n_out * n_in // 64)
-        self.host(linear_tiles.linear_serial if serial else linear_tiles.linear,
-                  x, q, scale, bias, out, int(accumulate))
-
-    def _constant(self, value, n):
-        """An f32 vector of n `value`s, made once; writable like a layer's own scales and bias,
-        so that the kernel compiles one signature for both (nothing writes to it)."""
-        a = self._filled.get((value, n))
-        if a is None:
-            a = self._filled[(value, n)] = np.full((n,), value, np.float32)
-        return a
-
-    def gemm_add(self, x, w, out, bias=None):
-        """As Backend.gemm_add; on linear_elem, linear_tiles and BLAS (kernels/blas.py) the sum
-        is added as it is stored (one launch)."""
-        if self._on_body(x, w):
-            self._linear_body(x, w, out, bias, accumulate=True)
-        elif isinstance(w, Int8Weight) and w.packed is not None:
-            super().gemm_add(x, w, out, bias)
-        else:
-            self.host(blas.gemm, x, self._full(w), out, True, 1.0, True, bias)
-
-    def gemm(self, x, w, out, bias=None, ln=None):
-        """out[n, o] = x[n, i] @ w[o, i].T (+ bias[o]), of LayerNorm(x) when ln = (w, b, eps) is
-        given (normalized: here a launch of its own); x, out f32 2-D; w from weight() or
-        weight_int8(). f32 on BLAS in Numba's threads (kernels/blas.py; it matches or beats
-        linear_elem from one row up, bench/kernels.py); f16 bits on linear_tiles (linear_elem's
-        sums, kernels/linear_tiles.py; linear_elem where it does not run); int8 on linear_tiles,
-        or above GEMV_ROWS rows on the int8 GEMM (activations quantised per row)
-        when the weight was packed for it, else on BLAS dequantised (_full); a HalfRows on
-        BLAS, widened (_full)."""
-        x = self.normalized(x, ln)
-        if self._on_body(x, w):    # int8 rows, or f16 bits (weight(gemv=True))
-            self._linear_body(x, w, out, bias)
-            return
-        if isinstance(w, Int8Weight) and w.packed is not None:
-            gemm_int8.gemm(x, w.packed, bias, out, self.scratch)
-            return
-        w = self._full(w)
-        if w.dtype != np.float32:
-            raise TypeError(f"gemm: the weight is {w.dtype}; prepare it with be.weight() "
-                            "(NumPy has no BLAS for it)")
-        self.host(blas.gemm, x, w, out, True, 1.0, False, bias)
 
     HEADS_COPY = True
 
@@ -229,7 +132,7 @@ class CpuBackend(Backend):
         why)."""
         if count <= 0:
             return
-        serial = self._serial(count if work is None else work)
+        serial = self.serial(count if work is None else work)
         try:
             self.host(self._launcher(kernel, "_serial" if serial else ""), count, *args)
         except Exception as e:
@@ -238,7 +141,7 @@ class CpuBackend(Backend):
                                 "pass them through be.upload() or be.weight()") from e
             raise
 
-    def _serial(self, work):
+    def serial(self, work):
         """Whether a launch of `work` scalar steps runs in this thread (below PARALLEL_WORK)."""
         return work < self.PARALLEL_WORK
 

@@ -15,8 +15,7 @@ import numpy as np
 from numba.core import config as numba_config
 
 from nwhisper.kernels.elementwise import fill_elem
-from nwhisper.kernels.attention import Int8Heads
-from nwhisper.kernels.matmul import Int8Weight
+from nwhisper.kernels.matmul import normalized
 from nwhisper.backend.base import Backend
 
 
@@ -57,7 +56,6 @@ class CudaBackend(Backend):
             self._fast = _cuda_fast
         self._none = self.empty((0,), np.float32)
         self._no_ln = (self._none, self._none, np.float32(0.0))   # _cuda_fast.gemm's "no LayerNorm"
-        self._zero_at = self.zeros((1,), np.int32)   # attend_part's `at` where there is none
         self._memcpy = None   # cuMemcpyHtoD(device pointer, host pointer, bytes), or Numba's copy
         if not self.simulator:
             try:
@@ -112,34 +110,17 @@ class CudaBackend(Backend):
             a = np.asarray(a, np.float32)
         return self.upload(a)
 
-    def _matrix(self, x, w):
-        """What gemm multiplies x by: an Int8Weight's int8 rows (the Int8Weight itself, read by
-        linear_elem) up to GEMV_ROWS rows of x, its full matrix above; any other weight as is."""
-        return w.full if isinstance(w, Int8Weight) and x.shape[0] > self.GEMV_ROWS else w
-
-    def gemm(self, x, w, out, bias=None, ln=None):
-        """out[n, o] = x[n, i] @ w[o, i].T (+ bias[o]) (of LayerNorm(x) with ln, as
-        CpuBackend.gemm): a tiled GEMM, or a GEMV for a few rows (kernels/_cuda_fast.py), which
-        normalises x as it reads it; without fast paths, or for int8 rows, the portable body
-        matmul.linear_elem."""
-        w = self._matrix(x, w)
-        if self.fast_paths and not isinstance(w, Int8Weight):
-            fused = ln is not None and self._fast.fuses_layernorm(x.shape[0])
-            self._fast.gemm(self.run, x if fused else self.normalized(x, ln), w,
-                            self._none if bias is None else bias, out,
-                            (ln[0], ln[1], np.float32(ln[2])) if fused else self._no_ln)
-        else:
-            self._linear_body(self.normalized(x, ln), w, out, bias)
-
-    def gemm_add(self, x, w, out, bias=None):
-        """As Backend.gemm_add; the GEMM, GEMV or linear_elem adds its result to out itself (one
-        launch, where a decoder step's launches are what it costs)."""
-        w = self._matrix(x, w)
-        if self.fast_paths and not isinstance(w, Int8Weight):
-            self._fast.gemm(self.run, x, w, self._none if bias is None else bias, out, self._no_ln,
-                            accumulate=True)
-        else:
-            self._linear_body(x, w, out, bias, accumulate=True)
+    def gemm_fast(self, x, w, bias, out, ln, accumulate):
+        """As Backend.gemm_fast: a tiled GEMM, or a GEMV for a few rows (kernels/_cuda_fast.py),
+        which normalises x as it reads it and adds into out itself."""
+        if not self.fast_paths:
+            return False
+        fused = ln is not None and self._fast.fuses_layernorm(x.shape[0])
+        self._fast.gemm(self.run, x if fused else normalized(self, x, ln), w,
+                        self._none if bias is None else bias, out,
+                        (ln[0], ln[1], np.float32(ln[2])) if fused else self._no_ln,
+                        accumulate=accumulate)
+        return True
 
     def softmax_rows(self, x, scale=1.0, nq=1, causal=False, q_offset=0):
         """As Backend.softmax_rows; with fast paths one block of threads per row."""
@@ -193,8 +174,7 @@ class CudaBackend(Backend):
         """kernels.attention's product on _cuda_fast.py's kernels; False when there is none for
         this case (then the portable launches run)."""
         return self.fast_paths and self._fast.attention(
-            self.run, q, k, v, out, p, causal, q_offset, self._zero_at if at is None else at,
-            self.scratch)
+            self.run, q, k, v, out, p, causal, q_offset, at, self.scratch)
 
     def reads_position(self, nq, hd, k):
         """As Backend.reads_position: where _cuda_fast's attend_part runs."""

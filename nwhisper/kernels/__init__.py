@@ -1,7 +1,7 @@
 """nwhisper's kernels: one Python body per kernel, compiled for the CPU and for CUDA.
 
-The model calls the ops below; each is a line or two over `be.launch` / `be.gemm` of a backend
-from `nwhisper.backend`. Shapes are in each op's docstring; activations are float32.
+The model calls the ops below; each launches bodies on a backend from `nwhisper.backend` (its
+protocol: backend/base.py) or chooses one of its variants, once, by `variant()` (matmul, attention). Shapes are in each op's docstring; activations are float32.
 
     norm.py         layernorm                  activation.py   gelu (erf form)
     reduce.py       exp_rows                   elementwise.py  add, kv_write, add_rows,
@@ -12,7 +12,7 @@ from `nwhisper.backend`. Shapes are in each op's docstring; activations are floa
 A kernel body is a function decorated with `@kernel` in one of those modules (see _compile.py for
 how it becomes a CPU and a CUDA launcher; `python -m nwhisper.kernels` rewrites the generated
 _launch_cpu.py / _launch_cuda.py). Fast paths stand beside the portable bodies and are tested
-against them: BLAS for GEMMs and attention on the CPU (in the ops and CpuBackend.gemm), the
+against them: BLAS for GEMMs and attention on the CPU (matmul.variant, attention.variant), the
 CPU's int8 GEMM (gemm_int8.py), register-tiled decoder products (linear_tiles.py) and blocked
 int8 attention (attention_blocked.py), and _cuda_fast.py's tiled GEMM, GEMV and block-per-row
 softmax on CUDA.

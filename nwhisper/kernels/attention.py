@@ -268,8 +268,10 @@ def attention(be, q, k, v, out, n_head, causal=False, q_offset=0, weights=True, 
     Elsewhere it is unused.
     """
     width, nq = out.shape[1], q.shape[0]
+    keep = weights or not be.on_host or nq <= FEW_QUERIES or isinstance(k, Int8Heads)
+    nk = k.shape[k.ndim - 2] if n_keys is None or at is not None else n_keys  # (nk, width) or (H, nk, hd)
+    how = variant(be, nq, nk, k, causal, keep, int8, width // n_head)
     if at is not None:
-        how = variant(be, nq, k.shape[k.ndim - 2], k, causal)
         if how == "rows" or how == "device" and be.reads_position(nq, width // n_head, k):
             n_keys, q_offset = None, 0   # all of k's rows, masked past the position read from at
         else:
@@ -277,12 +279,12 @@ def attention(be, q, k, v, out, n_head, causal=False, q_offset=0, weights=True, 
             at = None
     if n_keys is not None and be.on_host:
         k, v, n_keys = k[:n_keys], v[:n_keys], None   # NumPy's views are cheap; BLAS wants them
-    nk = k.shape[k.ndim - 2] if n_keys is None else n_keys  # (nk, width) or head-major (H, nk, hd)
-    how = variant(be, nq, nk, k, causal)
-    keep = weights or not be.on_host or nq <= FEW_QUERIES or isinstance(k, Int8Heads)
+    nk = k.shape[k.ndim - 2] if n_keys is None else n_keys
     p = be.scratch("attention.p", (n_head, nq, nk)) if keep else None
     if q.shape[1] != width and how != "rows":
         q = be.columns(q, 0, width)     # the queries alone (attend_row reads them in place)
+    if at is None and how in ("rows", "device"):
+        at = be.constant("attention.no_position", lambda: be.zeros((1,), np.int32))
     if how == "heads":
         attention_heads(be, q, k, v, out, p, weights)
     elif how == "device":
@@ -291,30 +293,30 @@ def attention(be, q, k, v, out, n_head, causal=False, q_offset=0, weights=True, 
     elif how == "rows":
         hd = width // n_head
         be.launch(attend_row, n_head * nq, q, k, v, p, out, nq, nk, hd,
-                  np.float32(1.0 / math.sqrt(hd)), causal, q_offset,
-                  be._zero_at if at is None else at,
+                  np.float32(1.0 / math.sqrt(hd)), causal, q_offset, at,
                   work=n_head * nq * nk * hd // 32)  # two vectorised passes over the keys
-    elif int8 and p is None and not causal and width == n_head * attention_blocked.HD \
-            and attention_blocked.available():
+    elif how == "blocked":
         attention_blocked.attention(be, q, k, v, out, n_head)
     else:
-        attention_blas(be, q, k, v, out, n_head, p, causal, q_offset,
-                       int8 and p is None and not causal and gemm_int8.available())
+        attention_blas(be, q, k, v, out, n_head, p, causal, q_offset, how == "blas_int8")
     return p if weights else None
 
 
-def variant(be, nq, nk, k, causal):
-    """Which implementation attention() runs: the first of these that applies.
+def variant(be, nq, nk, k, causal, keep=True, int8=False, hd=0):
+    """Which implementation attention() runs: the first of these that applies (keep: the
+    probabilities are kept; int8: compute_type "int8"; hd: the head width).
 
-      heads   keys as Int8Heads, or head-major on the host for a few queries and no mask (the
-              decoder's cross-attention): attention_heads, both products in one pass a head
-      device  a device backend: its fast path where it has one (be.attention_fast), else the
-              three portable bodies (attention_portable, the reference)
-      rows    the host, a few queries over short row-major keys (the decoder's self-attention):
-              attend_row, both products in one body
-      blas    the host otherwise (the encoder): per head, two BLAS products around exp_rows;
-              int8, unmasked, no probabilities kept, heads of 64 and a CPU with VNNI and
-              BF16: attention_blocked.attention instead
+      heads      keys as Int8Heads, or head-major on the host for a few queries and no mask (the
+                 decoder's cross-attention): attention_heads, both products in one pass a head
+      device     a device backend: its fast path where it has one (be.attention_fast), else the
+                 three portable bodies (attention_portable, the reference)
+      rows       the host, a few queries over short row-major keys (the decoder's self-attention):
+                 attend_row, both products in one body
+      blocked    the host, int8, unmasked, no probabilities kept, heads of 64 and a CPU with VNNI
+                 and BF16: attention_blocked.attention
+      blas_int8  the host, int8, unmasked, no probabilities kept, where the int8 GEMM runs:
+                 attention_blas with each head's scores on it
+      blas       the host otherwise (the encoder): per head, two BLAS products around exp_rows
     """
     if isinstance(k, Int8Heads) or (be.on_host and k.ndim == 3 and nq <= FEW_QUERIES and not causal):
         return "heads"
@@ -322,6 +324,11 @@ def variant(be, nq, nk, k, causal):
         return "device"
     if nq <= FEW_QUERIES and k.ndim == 2 and nk <= SHORT_KEYS:
         return "rows"
+    if int8 and not keep and not causal:
+        if hd == attention_blocked.HD and attention_blocked.available():
+            return "blocked"
+        if gemm_int8.available():
+            return "blas_int8"
     return "blas"
 
 

@@ -10,6 +10,7 @@ each convolution one GEMM, which the backend runs on BLAS (CPU) or its GEMM kern
 import numpy as np
 
 from nwhisper.kernels._compile import kernel
+from nwhisper.kernels.matmul import linear
 
 KERNEL_SIZE = 3  # both Whisper convolutions; padding 1 keeps conv1 at T frames
 
@@ -58,4 +59,4 @@ def conv1d(be, x, w, b, out, stride):
         im2col_numpy(x, cols, stride)
     else:
         be.launch(im2col_elem, cols.size, x, cols, t_in, c_in, stride)
-    be.gemm(cols, be.weight(w.reshape(c_out, c_in * KERNEL_SIZE)), out, b)
+    linear(be, cols, be.weight(w.reshape(c_out, c_in * KERNEL_SIZE)), b, out)

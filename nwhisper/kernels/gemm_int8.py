@@ -26,7 +26,7 @@ isa() finds; everything around it is ordinary Numba. This is a CPU fast path, te
 NumPy's exact integer product of the same quantised matrices and against linear_elem (the
 portable body) within the rounding the activations add. Without either (or with Numba compiling
 for another CPU) int8's many-row products fall back to float32 BLAS, on the int8 rows
-dequantised (CpuBackend._full).
+dequantised (matmul.dense).
 """
 
 import functools

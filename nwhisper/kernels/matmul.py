@@ -1,24 +1,31 @@
 """Linear layers and the decoder's output projection: out = x @ w.T (+ bias).
 
-One body, `linear_elem`, computes one output column: the CUDA backend's portable GEMM, and the
-reference that the CPU's fast paths are tested against (BLAS; gemm_int8; linear_tiles, the CPU's
-product of the decoder's int8 and float16 rows, the same sums register-tiled). One output
-per item keeps each item's reads one contiguous weight row, which is what lets the hardware
-prefetcher stream a 20 MB vocabulary projection from memory (blocks of several rows per item
-are slower from DRAM).
+One body, `linear_elem`, computes one output column: the portable product, and the reference
+that the fast paths are tested against. One output per item keeps each item's reads one
+contiguous weight row, which is what lets the hardware prefetcher stream a 20 MB vocabulary
+projection from memory (blocks of several rows per item are slower from DRAM). `variant()` names
+the fast paths and the rule between them (BLAS, the CPU's int8 GEMM, linear_tiles, a device's own
+GEMM); `linear` and `linear_add` run what it chooses.
 
-Weights are f32, f16 (on the CPU as uint16 bits, widen.py), or int8 with one f32 scale per output
-row (`Int8Weight`, the `compute_type="int8"` path): a decoder step is memory-bound, and f16 rows
-are half the bytes of f32 ones, int8 rows a quarter.
+Weights come from a backend's weight preparation: f32; f16 (on the CPU as uint16 bits, widen.py,
+or as HalfRows); or int8 with one f32 scale per output row (`Int8Weight`, the
+`compute_type="int8"` path): a decoder step is memory-bound, and f16 rows are half the bytes of
+f32 ones, int8 rows a quarter.
 """
 
 import math
 
 import numpy as np
 
+from nwhisper.kernels import blas, gemm_int8, linear_tiles
 from nwhisper.kernels._compile import kernel
+from nwhisper.kernels.elementwise import add
 from nwhisper.kernels.vecmath import from_key, order_key
-from nwhisper.kernels.widen import widen
+from nwhisper.kernels.widen import to_float32, widen
+
+# Up to this many rows an int8 weight's products read its int8 rows (a GEMV streaming them once for
+# all rows); above, a GEMM: the CPU's int8 GEMM, or a full-precision matrix.
+GEMV_ROWS = 8
 
 @kernel
 def linear_elem(o, x, w, scale, bias, out, n, n_in, accumulate):
@@ -43,15 +50,17 @@ def linear_elem(o, x, w, scale, bias, out, n, n_in, accumulate):
 
 class Int8Weight:
     """A weight matrix as int8 rows with one f32 scale each (w ≈ q · scale[:, None]), and what
-    products of many rows use: the same rows packed for the CPU's int8 GEMM (`packed`,
-    gemm_int8.PackedInt8) where it runs, the rows dequantised for BLAS where it does not
-    (`blas_rows`: CpuBackend), else the full-precision matrix (`full`) for BLAS or the GPU's GEMM.
+    products of many rows may use: the same rows packed for the CPU's int8 GEMM (`packed`,
+    gemm_int8.PackedInt8), or the full-precision matrix (`full`, kept by a device backend).
+    `quantized_rows`: whether the activations multiplied by it may be quantised too (not a
+    decoder's: see Backend.weight_int8).
 
     Symmetric per-row scales (quantize_row): scale = max|w_row| / 127, so each row's largest
     weight is exact and the rounding error of any weight is at most scale / 2."""
 
-    def __init__(self, q, scale, full, packed=None, blas_rows=False):
-        self._q, self.scale, self.full, self.packed, self.blas_rows = q, scale, full, packed, blas_rows
+    def __init__(self, q, scale, full, packed=None, quantized_rows=True):
+        self._q, self.scale, self.full, self.packed = q, scale, full, packed
+        self.quantized_rows = quantized_rows
         self.shape, self.dtype = q.shape, q.dtype
 
     @property
@@ -64,6 +73,17 @@ class Int8Weight:
         rows reads the packed one, and the rare few-row product unpacks it."""
         if self.packed is not None:
             self._q = None
+
+
+class HalfRows:
+    """A float16 matrix that products of many rows multiply on the host's BLAS (a float32
+    encoder's): its bits, where the checkpoint holds them, widened into a scratch matrix for
+    each product (the same float32 values). Half the memory of a float32 copy, which a large
+    model's encoder feels (large-v3's: 1.3 GB), for a pass over the weights per product: ~1 % of
+    the work of an encoder's 1500 rows."""
+
+    def __init__(self, bits):
+        self.bits, self.shape, self.dtype = bits, bits.shape, np.dtype(np.float16)
 
 
 @kernel
@@ -98,20 +118,112 @@ def quantize_int8(be, w, columns=None):
     return q, scale
 
 
+def variant(be, n, w):
+    """(which product out = x @ w.T runs for x of n rows, the matrix it reads): the first of
+    these that applies.
+
+      rows    an Int8Weight's int8 rows, or f16 bits (a uint16 matrix: weight(gemv=True)), read
+              as they are: up to GEMV_ROWS rows, or any number where the activations stay float
+              (a decoder's: a row's sums must not depend on how many rows come with it), or
+              where neither of the GEMMs below takes the weight. On the host linear_tiles where
+              it runs (the same sums as linear_elem), else linear_elem
+      int8    many rows on the host's int8 GEMM (a weight packed for it: gemm_int8.available)
+      blas    the host's float32 BLAS: a float32 matrix, a HalfRows widened, or an Int8Weight's
+              rows dequantised where the CPU has no int8 GEMM (dense)
+      device  a device backend: its own GEMM where it has one (be.gemm_fast), else linear_elem;
+              an Int8Weight's full-precision matrix for many rows
+    """
+    if isinstance(w, Int8Weight):
+        if n > GEMV_ROWS and w.full is not None:
+            w = w.full
+        elif n > GEMV_ROWS and w.packed is not None:
+            return "int8", w
+        elif n > GEMV_ROWS and w.quantized_rows and be.on_host and not gemm_int8.available():
+            return "blas", w
+        else:
+            return "rows", w
+    if not be.on_host:
+        return "device", w
+    return ("rows" if w.dtype == np.uint16 else "blas"), w
+
+
 def linear(be, x, w, bias, out, ln=None):
-    """out = x @ w.T + bias; x (n, i), out (n, o) f32; w from be.weight or be.weight_int8;
-    bias (o,) or None. ln = (ln_w, ln_b, eps): of LayerNorm(x) instead, normalised where the
-    backend can (a GPU's GEMV reads x and normalises it in the same launch)."""
-    be.gemm(x, w, out, bias, ln)
+    """out = x @ w.T + bias; x (n, i), out (n, o) f32; w from be.weight, be.weight_rows or
+    be.weight_int8; bias (o,) or None. ln = (ln_w, ln_b, eps): of LayerNorm(x) instead,
+    normalised where the backend can (a GPU's GEMV reads x and normalises it in the same launch)."""
+    _product(be, x, w, bias, out, ln, False)
 
 
 def linear_add(be, x, w, bias, out):
     """out += x @ w.T + bias: a projection added to the residual stream it feeds (a block's
-    attention output and second MLP layer); as linear, then add."""
-    be.gemm_add(x, w, out, bias)
+    attention output and second MLP layer), in the same pass where the product can."""
+    _product(be, x, w, bias, out, None, True)
 
 
 def logits(be, x, table, out):
     """out = x @ table.T: the decoder's tied output projection; table (V, d) from be.weight or
     be.weight_int8."""
-    be.gemm(x, table, out)
+    _product(be, x, table, None, out, None, False)
+
+
+def _product(be, x, w, bias, out, ln, accumulate):
+    how, w = variant(be, x.shape[0], w)
+    if how == "device" and be.gemm_fast(x, w, bias, out, ln, accumulate):
+        return
+    x = normalized(be, x, ln)
+    if how in ("rows", "device"):
+        _rows(be, x, w, bias, out, accumulate)
+    elif how == "int8":
+        target = be.scratch("matmul.sum", out.shape) if accumulate else out
+        gemm_int8.gemm(x, w.packed, bias, target, be.scratch)
+        if accumulate:
+            add(be, out, target, out)
+    else:
+        be.host(blas.gemm, x, dense(be, w), out, True, 1.0, accumulate, bias)
+
+
+def _rows(be, x, w, bias, out, accumulate):
+    """The "rows" product: linear_tiles on the host where it runs, else linear_elem."""
+    q, scale = (w.q, w.scale) if isinstance(w, Int8Weight) else (w, None)
+    n, n_in = x.shape
+    n_out = q.shape[0]
+    work = n * n_out * n_in // 64   # vectorised: ~64 MACs per scalar step
+    if (be.on_host and linear_tiles.available() and linear_tiles.fits(n_in)
+            and q.dtype in (np.int8, np.uint16) and x.flags.c_contiguous and out.flags.c_contiguous):
+        ones = be.constant(("matmul.ones", n_out), lambda: np.ones((n_out,), np.float32))
+        zeros = be.constant(("matmul.zeros", n_out), lambda: np.zeros((n_out,), np.float32))
+        be.host(linear_tiles.linear_serial if be.serial(work) else linear_tiles.linear,
+                x, q, ones if scale is None else scale, zeros if bias is None else bias, out,
+                int(accumulate))
+        return
+    none = be.constant("matmul.none", lambda: be.empty((0,), np.float32))
+    be.launch(linear_elem, n_out, x, q, none if scale is None else scale,
+              none if bias is None else bias, out, n, n_in, accumulate, work=work)
+
+
+def normalized(be, x, ln):
+    """LayerNorm(x) (ln = (w, b, eps)) in a scratch buffer, for a product that does not fuse the
+    normalisation into itself; x itself for ln None."""
+    if ln is None:
+        return x
+    h = be.scratch("matmul.ln", x.shape)
+    be.layernorm(x, ln[0], ln[1], h, np.float32(ln[2]))
+    return h
+
+
+def dense(be, w):
+    """The float32 matrix that the host's BLAS multiplies by: a HalfRows' bits widened, an
+    Int8Weight's rows times their scales, each into a scratch matrix (a pass over the weights,
+    ~1 % of an encoder product's work); a float32 matrix as it is."""
+    if isinstance(w, HalfRows):
+        full = be.scratch("matmul.dense", w.shape)
+        be.host(to_float32, w.bits, full)
+        return full
+    if isinstance(w, Int8Weight):
+        full = be.scratch("matmul.dense", w.shape)
+        be.host(np.multiply, w.q, w.scale[:, None], full)
+        return full
+    if w.dtype != np.float32:
+        raise TypeError(f"linear: the weight is {w.dtype}; prepare it with be.weight() "
+                        "(NumPy has no BLAS for it)")
+    return w

@@ -17,8 +17,8 @@ import pytest
 
 from nwhisper import backend
 from nwhisper import kernels as K
-from nwhisper.kernels import _compile, attention_blocked, gemm_int8, linear_tiles
-from nwhisper.kernels.matmul import linear_elem, quantize_int8
+from nwhisper.kernels import _compile, attention_blocked, gemm_int8, linear_tiles, matmul
+from nwhisper.kernels.matmul import GEMV_ROWS, linear_elem, quantize_int8
 
 # The module, not the op that nwhisper.kernels re-exports under the same name.
 attention_mod = sys.modules["nwhisper.kernels.attention"]
@@ -176,7 +176,7 @@ def test_linear(be, rng, n, i, o, wdtype, with_bias):
     kept = be.empty((n, o))
     K.linear(be, x, compact, bias, kept)
     check("linear, gemv weight", kept, want)
-    if wdtype == np.float16 and n <= be.GEMV_ROWS:
+    if wdtype == np.float16 and n <= GEMV_ROWS:
         assert_as_linear_elem(kept, portable)   # the same sums on the same (exact) values
 
 
@@ -194,7 +194,7 @@ def test_linear_int8(be, rng, n, i, o):
     K.linear(be, x, be.weight_int8(w), bias, out)
     # o is never a multiple of 64 here: no int8 GEMM, float activations on linear_elem (CPU; the
     # CUDA backend's full matrix above GEMV_ROWS rows)
-    full = w if n > be.GEMV_ROWS and be.name != "cpu" else q.astype(np.float64) * scale[:, None]
+    full = w if n > GEMV_ROWS and be.name != "cpu" else q.astype(np.float64) * scale[:, None]
     check("linear int8", out, x.astype(np.float64) @ full.T + bias)
 
 
@@ -342,7 +342,7 @@ def test_int8_packing(rng, n, k):
 
 @needs_int8_gemm
 def test_int8_weights_use_the_int8_gemm_for_many_rows(be, rng):
-    """be.gemm on an int8 weight (CPU, no full-precision copy kept): up to GEMV_ROWS rows
+    """K.linear on an int8 weight (CPU, no full-precision copy kept): up to GEMV_ROWS rows
     linear_elem (float activations), above the int8 GEMM (packed rows); a width that is not a
     multiple of 64, or a weight whose activations must not be quantised (the decoder's),
     linear_elem for any number of rows."""
@@ -387,7 +387,7 @@ def test_int8_weights_without_the_int8_gemm_run_many_rows_on_blas(rng, monkeypat
     none = np.zeros(0, np.float32)
     x = rand(rng, 40, 96)
     for w in (be.weight_int8(rand(rng, 128, 96)), be.weight_int8(rand(rng, 100, 96))):
-        assert w.packed is None and w.full is None and w.blas_rows
+        assert w.packed is None and w.full is None and matmul.variant(be, 40, w)[0] == "blas"
         bias = rand(rng, w.shape[0])
         want = x @ (w.q.astype(np.float32) * w.scale[:, None]).T + bias
         out = np.empty((40, w.shape[0]), np.float32)
@@ -404,7 +404,7 @@ def test_int8_weights_without_the_int8_gemm_run_many_rows_on_blas(rng, monkeypat
         assert_as_linear_elem(few, body)
         assert not calls
     decoder = be.weight_int8(rand(rng, 128, 96), quantized_rows=False)
-    assert not decoder.blas_rows
+    assert matmul.variant(be, 40, decoder)[0] == "rows"
     got, body = np.empty((40, 128), np.float32), np.empty((40, 128), np.float32)
     K.linear(be, x, decoder, None, got)
     be.launch(linear_elem, 128, x, decoder.q, decoder.scale, none, body, 40, 96, False)
@@ -474,7 +474,7 @@ def test_linear_tiles(rng, kind, n, n_in, n_out):
 
 
 def test_decoder_products_run_on_linear_tiles(rng, monkeypatch):
-    """be.gemm of a decoder's weight (int8 rows, float16 bits) goes to linear_tiles where it
+    """K.linear of a decoder's weight (int8 rows, float16 bits) goes to linear_tiles where it
     runs and the width fits, for one row and for many, with the layer's scales (or ones) and
     bias (or zeros); linear_elem otherwise (a width of 40, an output that is a column slice)."""
     be = backend.get("cpu")
@@ -521,7 +521,7 @@ def test_logits(be, rng, tdtype):
 def test_f16_must_be_prepared(be, rng):
     w = rand(rng, 4, 8, dtype=np.float16)
     with pytest.raises(TypeError, match="be.weight"):
-        be.gemm(rand(rng, 2, 8), w, be.empty((2, 4)))
+        K.linear(be, rand(rng, 2, 8), w, None, be.empty((2, 4)))
     with pytest.raises(TypeError, match="float16"):
         K.embed(be, w, np.array([1], np.int32), be.empty((1, 8)))
 
@@ -842,7 +842,7 @@ def test_an_encoders_float16_matrix_is_kept_as_it_lies_and_multiplies_as_its_flo
     read where it lies when aligned (a copy of the bits where not: Numba's BLAS loops refuse
     unaligned arrays), and widened for each product: the products, plain and added, equal
     those with weight()'s float32 copy bit for bit, for one row and for an encoder's many."""
-    from nwhisper.backend.cpu import HalfRows
+    from nwhisper.kernels.matmul import HalfRows
 
     w16 = rand(rng, 96, 64, dtype=np.float16)
     if not aligned:
