@@ -102,6 +102,21 @@ def test_cancelled_stops_the_encoder(models):
     assert "ask not what your country" in "".join(s.text for s in segments)
 
 
+def test_an_encoder_pass_leaves_the_states_it_returned_before_alone():
+    """Encode one clip, then another: the first states are as they were (each pass writes into an
+    array of its own, never one a caller still holds: a batch of windows holds several). A model
+    of its own: the session's models remember their passes (conftest.remember_encodes)."""
+    from nwhisper import mel as M
+
+    m = nwhisper.load("tiny.en", device="cpu")
+    frames = 2 * m.dims.n_audio_ctx
+    first = m.model.encode(M.log_mel(audio("jfk.wav"), m.dims.n_mels, frames))
+    kept = m.backend.download(first)
+    second = m.model.encode(M.log_mel(audio("espeak/en-11s.flac"), m.dims.n_mels, frames))
+    assert not np.array_equal(m.backend.download(second), kept)
+    assert np.array_equal(m.backend.download(first), kept), "the second pass wrote over the first's states"
+
+
 def test_greedy_equals_hf_word_for_word(model):
     """Every short clip: the same token ids as HF greedy, hence the same words. (With timestamps,
     tokens and times: tests/oracle/test_decoding.py.)"""
