@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import shutil
 
 import numpy as np
 import openai
@@ -121,6 +122,7 @@ def test_ga_session_matches_the_native_stream(server, model):
     check_session(events, native, model, resample(x, 24000, 16000))
 
 
+@pytest.mark.skipif(shutil.which("sox") is None, reason="needs sox, an independent G.711 encoder (apt-get install sox; .ci/run installs it)")
 def test_beta_session_g711_matches_the_native_stream(server, model):
     """The beta dialect (transcription_session.update, OpenAI-Beta: realtime=v1) with telephony's
     μ-law at 8 kHz; the native stream gets the same samples as float32 at 8 kHz."""

@@ -8,7 +8,9 @@ Where the truth came from (all on the same 16 kHz samples, sha256-checked):
   * features-beam.json (fixtures/make_golden_features.py) — HF `generate(num_beams=5)`;
   * features-openai.json — openai-whisper 20250625 `transcribe(temperature=0.0, greedy)` on a
     .pt of the same weights: word timestamps on every clip ≤ 30 s, segments of the 63 s clip;
-  * features-language.json — faster-whisper 1.2.1 `detect_language` with base on every clip.
+  * features-language.json — faster-whisper 1.2.1 `detect_language` with base on every clip;
+  * features-translate.json — HF `generate(task="translate")` greedy with base on every clip
+    that is not English.
 """
 
 import os
@@ -21,6 +23,7 @@ GREEDY = golden("model-greedy.json")
 BEAM = golden("features-beam.json")
 OPENAI = golden("features-openai.json")
 LANGUAGE = golden("features-language.json")
+TRANSLATE = golden("features-translate.json")
 # base is ~3x tiny.en's cost: by default its per-clip tests run on these eight clips (English
 # read and spoken digits, Dutch, Czech, synthetic); NWHISPER_ALL_CLIPS=1 runs every clip
 # (all pass: see the module's commit message and the issue report).
@@ -116,28 +119,36 @@ def test_lang_is_normalised_and_an_unknown_code_is_named(models):
         models("tiny.en").transcribe(audio("cards/001.wav"), task="translate")
 
 
-def test_translate_gives_english(models):
-    """--task translate on the Dutch clip: the <|translate|> prompt, English words out."""
+def test_translate_equals_hf(models):
+    """task="translate" with base on every clip that is not English (Dutch and Czech): HF
+    generate(task="translate")'s tokens, word for word, and not the clip's own language's."""
     m = models("base")
-    segs, info = m.transcribe(audio("fillets/nl-vit-m-hlava.ogg"), language="nl", task="translate")
-    segs = list(segs)
-    text = "".join(s.text for s in segs).lower()
-    native = "".join(s.text for s in m.transcribe(audio("fillets/nl-vit-m-hlava.ogg"), language="nl")[0]).lower()
-    english = {"i", "the", "of", "my", "a", "have", "get", "and", "we", "it", "to", "that", "is", "be", "not"}
-    assert text != native and text.isascii() and english & set(text.replace(".", " ").split()), text
+    bad = []
+    for clip, g in TRANSLATE["clips"].items():
+        x = audio(clip, g["audio_sha256"])
+        segs, info = m.transcribe(x, language=g["language"], task="translate")
+        segs = list(segs)
+        ours = [t for s in segs for t in s.tokens]
+        if ours != g["tokens"]:
+            bad.append((clip, "".join(s.text for s in segs), g["text"]))
+        native = "".join(s.text for s in m.transcribe(x, language=g["language"])[0])
+        assert native.strip() != g["text"].strip(), clip
+    assert len(TRANSLATE["clips"]) >= 4
+    assert not bad, "\n".join(f"{c}: ours {o!r}\n      HF   {h!r}" for c, o, h in bad)
 
 
 # ------------------------------------------------------------------------------ beam search
 
 def test_beam5_equals_hf_num_beams_5(model):
-    """Beam search, 5 beams, on every short clip: the same text as HF generate(num_beams=5)."""
+    """Beam search, 5 beams, on every short clip: the same tokens (and so text) as HF
+    generate(num_beams=5)."""
     m, name = model
     bad = []
     for clip, g in clips(name, BEAM["models"][name]["clips"]):
         segs, _ = m.transcribe(audio(clip, g["audio_sha256"]), language=lang_arg(m, g["language"]), beam_size=5)
         segs = list(segs)
         text = "".join(s.text for s in segs)
-        if text != g["text"]:
+        if [t for s in segs for t in s.tokens] != g["tokens"] or text != g["text"]:
             bad.append((clip, text, g["text"]))
     assert not bad, "\n".join(f"{c}: ours {o!r}\n      HF   {h!r}" for c, o, h in bad)
 
@@ -156,11 +167,19 @@ def test_temperature_fallback_is_taken_on_repetition(models):
 
 # ------------------------------------------------------------------------------ word timestamps
 
+# Word times: within this of openai-whisper's, every start and every end but a clip's last; the last
+# word's end meets the padding (HF's zero samples here, openai's zero log-mel there): within
+# LAST_END_S. What was reached when these were set: 0.020 / 0.040 s (tiny.en / base), last ends
+# 0.120 / 0.020 s, on 8 / 3 clips whose words are openai's.
+WORD_S, LAST_END_S = 0.04, 0.15
+WORD_CLIPS = {"tiny.en": 8, "base": 3}
+
+
 def test_word_timestamps_match_openai(model):
     """Every clip ≤ 30 s whose words are the same as openai-whisper's word_timestamps=True (same
-    weights, same alignment heads): every word starts and ends within 0.1 s of openai's, except
-    the end of the clip's last word, which meets the padding (HF's zero samples here, openai's
-    zero log-mel there) and is reported. Clips where the transcripts differ are counted."""
+    weights, same alignment heads): every word starts and ends within WORD_S of openai's, the
+    clip's last word's end within LAST_END_S. Clips where the transcripts differ are counted;
+    at least WORD_CLIPS of them must have openai's words."""
     m, name = model
     worst, last, n, n_clips, differ = 0.0, 0.0, 0, 0, 0
     for clip, g in clips(name, OPENAI["models"][name]["clips"]):
@@ -176,17 +195,17 @@ def test_word_timestamps_match_openai(model):
             continue
         n_clips += 1
         for i, (a, b) in enumerate(zip(ours, ref)):
-            assert abs(a.start - b["start"]) <= 0.1 + 1e-9, (clip, a, b)
+            assert abs(a.start - b["start"]) <= WORD_S + 1e-6, (clip, a, b)
             if i < len(ours) - 1:
-                assert abs(a.end - b["end"]) <= 0.1 + 1e-9, (clip, a, b)
+                assert abs(a.end - b["end"]) <= WORD_S + 1e-6, (clip, a, b)
                 worst = max(worst, abs(a.start - b["start"]), abs(a.end - b["end"]))
             else:
+                assert abs(a.end - b["end"]) <= LAST_END_S + 1e-6, (clip, a, b)
                 last = max(last, abs(a.end - b["end"]))
             n += 1
     print(f"{name}: {n} words in {n_clips} clips within {worst:.3f} s of openai (last words' ends: "
           f"{last:.3f} s); {differ} clips with other words")
-    assert n_clips >= (5 if name == "tiny.en" or ALL_CLIPS else 2) and n >= (50 if name == "tiny.en" or ALL_CLIPS else 20)
-
+    assert n_clips >= WORD_CLIPS[name]
 
 
 def test_initial_prompt_conditions_the_first_window(models):

@@ -136,6 +136,13 @@ def test_greedy_equals_hf_word_for_word(model):
     assert not mismatched, "\n".join(f"{c}: ours {o!r}\n      HF   {h!r}" for c, o, h in mismatched)
 
 
+# What int8 reaches against HF's float32 greedy transcripts (identical clips, word agreement), the
+# lower of the encoder's two int8 attention paths (attention_blocked where the CPU has AVX-512
+# BF16, else the int8 GEMM's scores: tiny.en 12/13, 0.993 on both; base 14/17, 0.951 and 15/17,
+# 0.970); faster-whisper int8 reaches 8/13, 0.897 and 8/17, 0.887 (model-fw-int8.json).
+INT8_REACHES = {"tiny.en": (12, 0.99), "base": (14, 0.95)}
+
+
 @pytest.mark.parametrize("name", MODELS)
 def test_int8_agrees_with_hf(models, name):
     """compute_type="int8" (every linear layer int8 with per-row scales; the encoder's and the
@@ -143,7 +150,8 @@ def test_int8_agrees_with_hf(models, name):
     float32 greedy transcripts: not word for word — rounding moves near-ties ("you, ask" /
     "you. Ask", "Clothes" / "Cloves") — so it is held to the peer's int8: at least as many
     identical clips and at least the word agreement faster-whisper's int8 reaches on the same
-    clips (model-fw-int8.json). Measured when this was written: ours tiny.en 12/13, 0.938;
+    clips (model-fw-int8.json), and to what ours reaches (INT8_REACHES). Measured when this was
+    written: ours tiny.en 12/13, 0.938;
     base 15/17, 0.951 — faster-whisper int8 8/13, 0.897 and 8/17, 0.887; with the decoder's
     columns equalised (model._column_scales) tiny.en 12/13, 0.993; base 15/17, 0.965; with the
     encoder's attention blocked (kernels/attention_blocked.py: bfloat16 probabilities and
@@ -169,6 +177,9 @@ def test_int8_agrees_with_hf(models, name):
           f"{peer['word_agreement_with_hf_float32']:.4f}")
     assert identical >= peer["identical_to_hf_float32"]
     assert agree >= peer["word_agreement_with_hf_float32"]
+    want_identical, want_agree = INT8_REACHES[name]
+    assert identical >= want_identical and agree >= want_agree, \
+        f"int8 fell below what it reaches: {identical}/{len(clips)}, {agree:.4f}"
 
 
 def test_long_form_against_faster_whisper(model):
