@@ -1,6 +1,7 @@
 """The same random-weight Whisper on the CPU backend and on the CUDA backend (Numba's CUDA
 simulator when there is no GPU): the encoder states and a batched (beam search's) step's logits
-agree to float32 rounding, and greedy decoding picks the same tokens."""
+agree to float32 rounding, greedy decoding picks the same tokens, and transcribe() — greedy,
+beam search, word timings, batched chunks — gives the same tokens and times."""
 
 import json
 import os
@@ -13,16 +14,17 @@ import pytest
 from paths import HELPERS, env as path_env
 
 SCRIPT = os.path.join(HELPERS, "cudasim_model.py")
+TRANSCRIBE = os.path.join(HELPERS, "cudasim_transcribe.py")
 
 import numba_cuda  # noqa: F401  (the test extra installs it: a missing one fails here, never skips)
 
 
-def start(kind, simulator):
+def start(kind, simulator, script=SCRIPT):
     env = path_env()
     env.pop("NUMBA_ENABLE_CUDASIM", None)
     if simulator:
         env["NUMBA_ENABLE_CUDASIM"] = "1"
-    return subprocess.Popen([sys.executable, SCRIPT, kind], env=env, stdout=subprocess.PIPE,
+    return subprocess.Popen([sys.executable, script, kind], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
 
 
@@ -57,3 +59,19 @@ def test_random_whisper_same_on_cpu_and_cuda_simulator():
     assert np.abs(a - b).max() <= 1e-5 * max(1.0, np.abs(a).max())
     for r in (cpu, sim):      # int8 runs on both targets
         assert r["int8_tokens"] and 0 <= r["int8_no_speech_prob"] <= 1
+
+
+@pytest.mark.cudasim
+def test_transcribe_same_on_cpu_and_cuda_simulator():
+    """The public transcribe() on each backend: greedy, beam 2, word timestamps, two chunks
+    batched (the chunks fixed, so no Silero run): the same tokens, segment and word times."""
+    runs = [start("cpu", False, TRANSCRIBE), start("cuda", True, TRANSCRIBE)]
+    try:
+        cpu, sim = (report(p) for p in runs)
+    finally:
+        for p in runs:
+            p.kill()
+    assert (cpu.pop("backend"), sim.pop("backend")) == ("cpu", "cuda")
+    assert all(seg["tokens"] for run in cpu.values() for seg in run)
+    assert cpu["words"][0]["words"] and len(cpu["batched"]) == 2
+    assert cpu == sim
