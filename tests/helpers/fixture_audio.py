@@ -12,7 +12,6 @@ from nwhisper.io.audio import load_audio
 from paths import FIXTURES as FIX
 
 MODELS = ["tiny.en", "base"]                               # the models the oracle tests run
-ALL_CLIPS = os.environ.get("NWHISPER_ALL_CLIPS") == "1"   # every clip for base, not a subset
 
 
 def lang_arg(m, lang):

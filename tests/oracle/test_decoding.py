@@ -16,7 +16,7 @@ Where the truth came from (all on the same 16 kHz samples, sha256-checked):
 import os
 
 import pytest
-from fixture_audio import ALL_CLIPS, audio, lang_arg, MODELS
+from fixture_audio import audio, lang_arg, MODELS
 from paths import FIXTURES as FIX, golden
 
 GREEDY = golden("model-greedy.json")
@@ -24,18 +24,9 @@ BEAM = golden("features-beam.json")
 OPENAI = golden("features-openai.json")
 LANGUAGE = golden("features-language.json")
 TRANSLATE = golden("features-translate.json")
-# base is ~3x tiny.en's cost: by default its per-clip tests run on these eight clips (English
-# read and spoken digits, Dutch, Czech, synthetic); NWHISPER_ALL_CLIPS=1 runs every clip
-# (all pass: see the module's commit message and the issue report).
-BASE_SUBSET = {"jfk.wav", "librivox/sense_and_sensibility_01_austen_64kb-0870.flac", "cards/002.wav",
-               "librivox/sense_and_sensibility_01_austen_64kb-0880.flac",
-               "librivox/sense_and_sensibility_01_austen_64kb-0890.flac",
-               "fillets/nl-vit-v-automat.ogg", "fillets/cs-vit-v-automat.ogg", "espeak/en-11s.flac"}
-
-
 def clips(name, table):
-    """(clip, golden) pairs of a golden table that this run checks for model `name`."""
-    return [(c, g) for c, g in table.items() if name != "base" or ALL_CLIPS or c in BASE_SUBSET]
+    """(clip, golden) pairs of a golden table for model `name`: every clip it has."""
+    return list(table.items())
 
 
 @pytest.fixture(scope="module", params=MODELS)
@@ -170,9 +161,9 @@ def test_temperature_fallback_is_taken_on_repetition(models):
 # Word times: within this of openai-whisper's, every start and every end but a clip's last; the last
 # word's end meets the padding (HF's zero samples here, openai's zero log-mel there): within
 # LAST_END_S. What was reached when these were set: 0.020 / 0.040 s (tiny.en / base), last ends
-# 0.120 / 0.020 s, on 8 / 3 clips whose words are openai's.
+# 0.120 / 0.040 s, on 8 / 7 clips whose words are openai's.
 WORD_S, LAST_END_S = 0.04, 0.15
-WORD_CLIPS = {"tiny.en": 8, "base": 3}
+WORD_CLIPS = {"tiny.en": 8, "base": 7}
 
 
 def test_word_timestamps_match_openai(model):
