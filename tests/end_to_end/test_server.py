@@ -298,7 +298,9 @@ def test_translation_and_detection_on_a_multilingual_model(servers):
 
 
 def test_a_client_that_hangs_up_while_queued_is_not_transcribed(servers):
-    """Its job leaves the queue unrun (health's `abandoned`); everyone else is still served."""
+    """Its job leaves the queue unrun (health's `abandoned`); everyone else is still served. Each
+    step waits for the state /health reports (the long clip running, the other queued behind
+    it), not for a time."""
     import io
     import socket
 
@@ -308,20 +310,18 @@ def test_a_client_that_hangs_up_while_queued_is_not_transcribed(servers):
     url = servers["main"].url
     x, sr = soundfile.read(JFK, dtype="float32")
     long_clip = io.BytesIO()
-    # 88 s, 3+ windows, under --max-upload-mb as 8 kHz (the speech at half speed): still
-    # transcribing when the other client hangs up 0.8 s in (33 s no longer was, once decoding
-    # got faster)
+    # 88 s, 3+ windows, under --max-upload-mb as 8 kHz (the speech at half speed)
     soundfile.write(long_clip, np.tile(x, 4), sr // 2, format="WAV", subtype="PCM_16")
     before = _health(url)
     busy = threading.Thread(target=inference, args=(url,), kwargs={"data": long_clip.getvalue()})
     busy.start()
-    time.sleep(0.3)
+    wait_for(url, lambda h: h["busy"])
     body, ctype = multipart(files=[("file", "jfk.wav", wav())])
     host, port = url.split("//")[1].split(":")
     s = socket.create_connection((host, int(port)))
     s.sendall(f"POST /inference HTTP/1.1\r\nHost: x\r\nContent-Type: {ctype}\r\n"
               f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
-    time.sleep(0.5)
+    wait_for(url, lambda h: h["queued"] == 1 and h["busy"])
     s.close()                                       # hangs up while queued behind the long clip
     busy.join(120)
     h = _health(url)
@@ -329,6 +329,15 @@ def test_a_client_that_hangs_up_while_queued_is_not_transcribed(servers):
     assert h["requests"] == before["requests"] + 1   # the long clip; the hung-up one never answered
     assert "499 POST /inference" in servers["main"].output()
     assert h["connections"]["active"] == 0 and h["queued"] == 0 and not h["busy"]
+
+
+def wait_for(url, ready, timeout=60):
+    """Poll /health until ready(health) holds."""
+    t0 = time.monotonic()
+    while not ready(h := _health(url)):
+        assert time.monotonic() - t0 < timeout, h
+        time.sleep(0.01)
+    return h
 
 
 # -- tokens and TLS ---------------------------------------------------------------------------
@@ -419,21 +428,37 @@ def test_health_across_unload_and_reload(servers):
 
 
 def test_full_server_answers_503_and_keeps_serving(servers):
+    """One connection and a queue of one: a long request is served, one waits for it, two more
+    are refused with 503 — each sent once /health shows the one before in its place."""
+    import io
+
+    import numpy as np
+    import soundfile
+
     url = servers["narrow"].url
+    x, sr = soundfile.read(JFK, dtype="float32")
+    long_clip = io.BytesIO()
+    soundfile.write(long_clip, np.tile(x, 3), sr, format="WAV", subtype="PCM_16")   # 33 s
     results = []
 
-    def one():
-        status, headers, body = inference(url)
+    def one(data=None):
+        status, headers, body = inference(url, data=data)
         results.append((status, json.loads(body)))
 
-    threads = [threading.Thread(target=one) for _ in range(4)]   # 1 served, 1 waits, 2 refused
-    for t in threads:
-        t.start()
-        time.sleep(0.05)
+    threads = [threading.Thread(target=one, args=(long_clip.getvalue(),))]
+    threads[0].start()
+    wait_for(url, lambda h: h["busy"])
+    threads.append(threading.Thread(target=one))
+    threads[1].start()
+    wait_for(url, lambda h: h["connections"]["waiting"] == 1)
+    for _ in range(2):
+        threads.append(threading.Thread(target=one))
+        threads[-1].start()
+        threads[-1].join(120)
     for t in threads:
         t.join(120)
     statuses = sorted(s for s, _ in results)
-    assert len(results) == 4 and 200 in statuses and 503 in statuses, results
+    assert statuses == [200, 200, 503, 503], results
     for status, body in results:
         if status == 503:
             assert "server busy" in body["error"]
