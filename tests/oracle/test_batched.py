@@ -1,10 +1,13 @@
 """Windows decoded together (GreedyDecoder.decode_windows, Whisper.decode_batch over a batch of
 windows) against the same windows decoded one at a time, the path the other oracle tests hold
-to Hugging Face and faster-whisper: token for token, and every step's log-probability equal."""
+to Hugging Face and faster-whisper: token for token, and every step's log-probability equal;
+and the batched mode against faster-whisper's own on the chunks it makes (features-batched.json,
+fixtures/make_golden_features.py --only batched)."""
 
 import numpy as np
 import pytest
-from fixture_audio import audio
+from fixture_audio import audio, MODELS
+from paths import golden
 
 from nwhisper import mel as M
 from nwhisper.decoding import DecodingOptions
@@ -105,6 +108,45 @@ def test_transcribe_batched_equals_each_chunk_alone(models, name, compute_type, 
     for heard in ("ask not what your country", "go on forever", "nothing here needs", "dashwood"):
         assert heard in text, heard
     assert info.language == "en" and 0 < info.duration_after_vad < info.duration
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_batched_mode_on_faster_whispers_chunks(models, name, monkeypatch):
+    """The 63 s clip cut into the chunks faster-whisper's batched mode makes (its VAD and packing,
+    from the golden file): transcribe(batch_size=8) gives each chunk HF's short-form segments of
+    that chunk's joined audio, token for token (then, where the text ended early, the rest of
+    the chunk's speech, which HF's single window does not decode); and its words are at least as
+    close to the clip's script as faster-whisper BatchedInferencePipeline's on the same chunks
+    (it pads each chunk in the log-mel domain, HF in samples: a convention, so no token match)."""
+    import difflib
+    import os
+    import re
+
+    from paths import FIXTURES
+    from nwhisper.vad import regions
+
+    g = golden("features-batched.json")
+    x = audio(g["clip"], g["audio_sha256"])
+    chunks = [[tuple(r) for r in c] for c in g["chunks"]]
+    monkeypatch.setattr(regions, "speech_chunks", lambda samples, detector=None: chunks)
+    m = models(name)
+    segments, _ = m.transcribe(x, batch_size=8, language="en" if m.dims.is_multilingual else None)
+    segments = list(segments)
+    for c, hf in zip(chunks, g["models"][name]["hf_chunks"]):
+        mine = [s for s in segments if c[0][0] / 16000 - 0.5 <= s.start < c[-1][1] / 16000]
+        assert [s.tokens for s in mine[:len(hf)]] == [h["tokens"] for h in hf], \
+            f"chunk at {c[0][0] / 16000:.2f} s: ours {[s.text for s in mine]}, HF {[h['text'] for h in hf]}"
+    with open(os.path.join(FIXTURES, g["clip"].rsplit(".", 1)[0] + ".txt"), encoding="utf-8") as f:
+        script = f.read()
+
+    def agreement(text):
+        def words(t):
+            return re.sub(r"[^a-z0-9' ]", " ", t.lower()).split()
+        return difflib.SequenceMatcher(None, words(text), words(script)).ratio()
+    ours = agreement(" ".join(s.text for s in segments))
+    peer = agreement(" ".join(s["text"] for s in g["models"][name]["segments"]))
+    print(f"{name}: word agreement with the script {ours:.3f}, faster-whisper batched {peer:.3f}")
+    assert ours >= peer
 
 
 def test_batch_size_options_are_checked(models):
