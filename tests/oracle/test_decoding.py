@@ -10,11 +10,13 @@ Where the truth came from (all on the same 16 kHz samples, sha256-checked):
     .pt of the same weights: word timestamps on every clip ≤ 30 s, segments of the 63 s clip;
   * features-language.json — faster-whisper 1.2.1 `detect_language` with base on every clip;
   * features-translate.json — HF `generate(task="translate")` greedy with base on every clip
-    that is not English.
+    that is not English;
+  * features-prompt.json — HF `generate(prompt_ids=…)` greedy with tiny.en, initial_prompt's cases.
 """
 
 import os
 
+import numpy as np
 import pytest
 from fixture_audio import audio, lang_arg, MODELS
 from paths import FIXTURES as FIX, golden
@@ -24,6 +26,7 @@ BEAM = golden("features-beam.json")
 OPENAI = golden("features-openai.json")
 LANGUAGE = golden("features-language.json")
 TRANSLATE = golden("features-translate.json")
+PROMPT = golden("features-prompt.json")
 def clips(name, table):
     """(clip, golden) pairs of a golden table for model `name`: every clip it has."""
     return list(table.items())
@@ -156,6 +159,26 @@ def test_temperature_fallback_is_taken_on_repetition(models):
     assert all(s.temperature == 0.0 for s in segs)
 
 
+def test_temperature_fallback_decodes_again_a_window_that_needs_it(models):
+    """A window that fails openai's log-probability rule on its own: 20 s of noise, the
+    no-speech gate off, decodes at T=0 to a made-up line whose average log-probability is under
+    -1. With the ladder it is decoded again at each temperature; every one fails here too, and
+    the last one's text is kept, as openai keeps it. With the rule off (logprob_threshold=None),
+    T=0's text stands."""
+    from nwhisper.records import FALLBACK_TEMPERATURES
+
+    m = models("tiny.en")
+    x = np.random.default_rng(0).standard_normal(20 * 16000).astype(np.float32) * np.float32(0.05)
+    plain = list(m.transcribe(x, no_speech_threshold=None)[0])
+    assert len(plain) == 1 and plain[0].temperature == 0.0 and plain[0].avg_logprob < -1
+    fell = list(m.transcribe(x, no_speech_threshold=None, temperature=FALLBACK_TEMPERATURES)[0])
+    assert fell and all(s.temperature == FALLBACK_TEMPERATURES[-1] for s in fell)
+    assert [s.text for s in fell] != [s.text for s in plain]
+    kept = list(m.transcribe(x, no_speech_threshold=None, temperature=FALLBACK_TEMPERATURES,
+                             logprob_threshold=None)[0])
+    assert [(s.temperature, s.text) for s in kept] == [(0.0, plain[0].text)]
+
+
 # ------------------------------------------------------------------------------ word timestamps
 
 # Word times: within this of openai-whisper's, every start and every end but a clip's last; the last
@@ -200,10 +223,15 @@ def test_word_timestamps_match_openai(model):
 
 
 def test_initial_prompt_conditions_the_first_window(models):
-    """openai's initial_prompt: the text goes in as <|startofprev|> context (tiny.en writes the
-    card clip as '5 5' alone, 'Five, five.' after a prompt written in words)."""
+    """openai's initial_prompt (<|startofprev|> and the text before the window's prompt): HF
+    generate(prompt_ids=…)'s tokens on each case of features-prompt.json, where the prompt
+    changes the words (tiny.en writes the card clip as '5 5' alone, 'Five, five.' after a prompt
+    written in words; 'old-sposed' becomes 'ill-disposed' after one that names it)."""
     m = models("tiny.en")
-    assert next(m.transcribe(audio("cards/004.wav"))[0]).text == " 5 5"
-    segs, _ = m.transcribe(audio("cards/004.wav"), initial_prompt="Playing cards: five of hearts, queen of clubs.")
-    segs = list(segs)
-    assert segs[0].text == " Five, five."
+    for case in PROMPT["clips"]:
+        x = audio(case["clip"], case["audio_sha256"])
+        alone = "".join(s.text for s in m.transcribe(x)[0])
+        segs = list(m.transcribe(x, initial_prompt=case["prompt"])[0])
+        eot = GREEDY["models"]["tiny.en"]["eot"]
+        assert [t for s in segs for t in s.tokens] == [t for t in case["sequence"] if t < eot], case["clip"]
+        assert "".join(s.text for s in segs) == case["text"] != alone
