@@ -29,7 +29,6 @@ shape (bench/RESULTS.md has the figures).
 import functools
 
 import llvmlite.binding as llvm
-import numpy as np
 from numba import njit, prange, types
 from numba.core import config
 from numba.extending import intrinsic

@@ -4,10 +4,14 @@ to Hugging Face and faster-whisper: token for token, and every step's log-probab
 and the batched mode against faster-whisper's own on the chunks it makes (features-batched.json,
 fixtures/make_golden_features.py --only batched)."""
 
+import difflib
+import os
+import re
+
 import numpy as np
 import pytest
 from fixture_audio import audio, MODELS
-from paths import golden
+from paths import FIXTURES, golden
 
 from nwhisper import mel as M
 from nwhisper.decoding import DecodingOptions
@@ -118,11 +122,6 @@ def test_batched_mode_on_faster_whispers_chunks(models, name, monkeypatch):
     the chunk's speech, which HF's single window does not decode); and its words are at least as
     close to the clip's script as faster-whisper BatchedInferencePipeline's on the same chunks
     (it pads each chunk in the log-mel domain, HF in samples: a convention, so no token match)."""
-    import difflib
-    import os
-    import re
-
-    from paths import FIXTURES
     from nwhisper.vad import regions
 
     g = golden("features-batched.json")
