@@ -36,14 +36,17 @@ def main(kind):
         plain = decoder.decode(enc, DecodingOptions(max_tokens=4))
         # Beam search's batched step: two rows after the prompt, each over its own cache
         single = model.new_state(enc)
-        model.decode(single, np.array([1, 2], np.int32))
+        first = be.download(model.decode(single, np.array([1, 2], np.int32)))
         # (downloaded at once: the logits live in the backend's scratch, which the next decode reuses)
         batch = be.download(model.decode_batch(model.new_batch(single, 2), np.array([7, 9], np.int32)))
         one = be.download(model.decode(single, np.array([7], np.int32)))
-        # compute_type="int8" end to end: int8 weights, Int8Heads cross K/V (the CPU's encoder
-        # may run on its int8 GEMM, so only that it runs is compared, not its tokens)
+        # compute_type="int8" end to end: int8 weights, Int8Heads cross K/V. The backends' int8
+        # encoders differ by design (the CPU's products of many rows on its int8 GEMM, CUDA's on
+        # the full matrix), so its logits are held to float32's on each, not to each other's bits
         int8 = Whisper(ck, be, compute_type="int8")
-        quantized = GreedyDecoder(int8, tok, ck).decode(int8.encode(mel), DecodingOptions(max_tokens=2))
+        int8_enc = int8.encode(mel)
+        quantized = GreedyDecoder(int8, tok, ck).decode(int8_enc, DecodingOptions(max_tokens=2))
+        int8_first = be.download(int8.decode(int8.new_state(int8_enc), np.array([1, 2], np.int32)))
         print("REPORT " + json.dumps({
             "backend": be.name,
             "states": be.download(enc).ravel().tolist(),
@@ -51,6 +54,8 @@ def main(kind):
             "no_speech_prob": plain.no_speech_prob,
             "batch_logits": batch.ravel().tolist(),
             "one_logits": one.ravel().tolist(),
+            "first_logits": first.ravel().tolist(),
+            "int8_first_logits": int8_first.ravel().tolist(),
             "int8_tokens": quantized.tokens,
             "int8_no_speech_prob": quantized.no_speech_prob,
         }))
