@@ -9,15 +9,26 @@ instead. `NUMBA_CACHE_DIR`, when set, is left to mean exactly that folder: nothi
 Wherever it is cached, a kernel loads without Numba first readying everything a compilation needs
 (_load_overload): a third of a second of every command.
 
+A parallel launcher is compiled in a helper process (ApartCompiler), never in the one that runs it,
+which then loads it from the cache like every later process: a `prange` loop becomes a gufunc that
+Numba optimises once in the process that compiles it and once more in the code it caches, and the
+two can round a sum differently, so a first run and a second would otherwise differ in the last
+bits of an encoder pass (and so, now and then, in a word). Where the cache cannot be written the
+launcher compiles here, as before.
+
 Imported by nwhisper/__init__.py before any module defines a cached function (Numba picks a
 function's cache folder when the function is defined).
 """
 
+import atexit
 import inspect
 import os
+import pickle
 import shutil
+import subprocess
 import sys
 import tempfile
+import threading
 
 from numba.core import caching, cpu
 from numba.core.runtime import rtsys
@@ -86,12 +97,100 @@ def _load_overload(self, sig, target_context):
     context first: that refresh imports and installs every typing and lowering registry (~0.3 s,
     a fifth of a cold command) so that code can be compiled; machine code loaded from the cache
     needs only Numba's runtime (NRT) in place, and a parallel launcher's thread pool, which its
-    own reload hook starts. Any compilation still refreshes the context before it begins."""
+    own reload hook starts. Any compilation still refreshes the context before it begins. A
+    parallel launcher not in the cache is compiled by the ApartCompiler and then loaded."""
     if not (isinstance(target_context, cpu.CPUContext) and _ours(self._py_func)):
         return _numba_load_overload(self, sig, target_context)
     rtsys.initialize(target_context)
     with self._guard_against_spurious_io_errors():
-        return self._load_overload(sig, target_context)
+        cres = self._load_overload(sig, target_context)
+    if cres is None and _compiled_apart(self._py_func) and ApartCompiler.get().compile(self._py_func, sig):
+        with self._guard_against_spurious_io_errors():
+            cres = self._load_overload(sig, target_context)
+    return cres
+
+
+APART = "NWHISPER_COMPILE_APART"   # "0": compile every launcher in the process that runs it
+LAUNCHERS = "nwhisper.kernels._launch_cpu"
+
+
+def _compiled_apart(py_func):
+    """Whether py_func is a parallel CPU launcher, compiled in the helper process (not in the
+    helper itself, nor where NWHISPER_COMPILE_APART=0)."""
+    return (py_func.__module__ == LAUNCHERS and not py_func.__name__.endswith("_serial")
+            and os.environ.get(APART, "1") != "0")
+
+
+IDLE_S = 30   # the helper leaves after this long without work (a server compiles only at first)
+# The helper: compiles the launchers it is sent, one (name, signature) at a time, into the cache
+_HELPER = f"""
+import os, pickle, select, sys
+out = os.fdopen(os.dup(1), "wb")   # the answers; anything printed goes to stderr
+os.dup2(2, 1)
+sys.path.insert(0, sys.argv[1])
+os.environ[{APART!r}] = "0"
+from nwhisper.kernels import _launch_cpu as launchers
+inp = sys.stdin.buffer
+while select.select([inp], [], [], {IDLE_S})[0]:
+    try:
+        name, sig = pickle.load(inp)
+    except EOFError:
+        break
+    try:
+        getattr(launchers, name).compile(sig)
+        ok = True
+    except Exception as e:
+        print(f"nwhisper: compiling {{name}}{{sig}} apart failed: {{e}}", file=sys.stderr)
+        ok = False
+    pickle.dump(ok, out)
+    out.flush()
+"""
+
+
+class ApartCompiler:
+    """One helper process per process, started at its first parallel launcher missing from the
+    cache and kept while there is work (it imports Numba once; each compilation then costs what
+    it would have cost here); it leaves after IDLE_S idle seconds, and the next miss starts
+    another."""
+
+    _one = None
+    _lock = threading.Lock()
+
+    @classmethod
+    def get(cls):
+        with cls._lock:
+            if cls._one is None:
+                cls._one = cls()
+            elif cls._one.proc.poll() is not None:    # it left, idle
+                cls._one._start()
+            return cls._one
+
+    def __init__(self):
+        self._start()
+        atexit.register(self.close)
+
+    def _start(self):
+        self.proc = subprocess.Popen([sys.executable, "-c", _HELPER, os.path.dirname(PACKAGE)],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+
+    def compile(self, py_func, sig):
+        """Whether the helper compiled launcher py_func for argument types `sig` (into the cache);
+        asked once more of a new helper where this one had just left."""
+        for _ in range(2):
+            try:
+                pickle.dump((py_func.__name__, tuple(sig)), self.proc.stdin)
+                self.proc.stdin.flush()
+                return pickle.load(self.proc.stdout)
+            except (OSError, EOFError, pickle.PickleError):
+                self.proc.kill()
+                self.proc.wait()
+                self._start()
+        return False
+
+    def close(self):
+        if self.proc.poll() is None:
+            self.proc.stdin.close()
+            self.proc.wait()
 
 
 def _ours(py_func):

@@ -56,13 +56,14 @@ CPU_JIT = "cache=True, error_model='numpy', fastmath={'arcp', 'contract', 'nsz',
 # attend_row, Silero's cells: the first run after an install then transcribed a long int8
 # recording differently from every later run); and a big body (linear_elem, vectorised) costs
 # a call per work item, every array passed field by field.
-# That holds for the serial launchers, not wholly for the parallel ones (numba 0.68): prange's
-# loop becomes a gufunc that Numba optimises in a library of its own, then again linked into the
-# launcher's module. A process that compiles the launcher runs the first (the serial twin's code);
-# the cache keeps the second, whose reassociated sums can round differently (layernorm_row and
-# exp_row by an ulp; Silero's one-frame convolutions by 4e-6). So a result that must not depend on
-# how its work was shared out — a stream alone or among others, a chunk alone or within a
-# recording — comes from one launcher whichever way it runs.
+# That holds for the serial launchers, not for the parallel ones (numba 0.68): prange's loop
+# becomes a gufunc that Numba optimises in a library of its own, then again linked into the
+# launcher's module, and a process that compiles the launcher runs the first while the cache keeps
+# the second, whose reassociated sums can round differently (exp_row by 3e-5 over an encoder's
+# rows). So parallel launchers are compiled in a helper process and every process loads them
+# from the cache (kernel_cache.ApartCompiler). And a result that must not depend on how its work
+# was shared out — a stream alone or among others, a chunk alone or within a recording — comes
+# from one launcher whichever way it runs.
 CPU_BODY_JIT = "inline='always', error_model='numpy', fastmath={'arcp', 'contract', 'nsz', 'reassoc'}"
 CUDA_DEVICE_JIT = "device=True"
 CUDA_KERNEL_JIT = "cache=True"

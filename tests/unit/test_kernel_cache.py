@@ -90,3 +90,47 @@ def test_a_kernel_loaded_from_the_cache_runs_without_numbas_compiler_registries(
     x = np.arange(8, dtype=np.float64).reshape(2, 4)
     want = (x - x.mean(1, keepdims=True)) / np.sqrt(x.var(1, keepdims=True) + 1e-5)
     assert np.allclose(np.array(json.loads(loaded)), want, rtol=1e-5, atol=1e-6)
+
+
+FIRST_AND_LATER = """
+import pickle, sys
+import numpy as np
+import nwhisper
+from nwhisper import mel as M
+from fixture_audio import audio
+x = audio("jfk.wav")
+out = {}
+for compute_type in ("float32", "int8"):
+    m = nwhisper.load("tiny.en", device="cpu", compute_type=compute_type)
+    states = m.backend.download(m.model.encode(M.log_mel(x, m.dims.n_mels, 2 * m.dims.n_audio_ctx)))
+    segments = list(m.transcribe(x, timestamps=True, word_timestamps=True)[0])
+    out[compute_type] = (states, [(s.tokens, s.avg_logprob, s.no_speech_prob,
+                                   [(w.start, w.end, w.probability) for w in s.words]) for s in segments])
+pickle.dump(out, open(sys.argv[1], "wb"))
+"""
+
+
+def test_a_first_run_and_a_later_one_give_the_same_bits(tmp_path):
+    """A process that finds no compiled kernels (an empty Numba cache) and one that loads what it
+    left: tiny.en's encoder states, float32 and int8, and a transcription's tokens, log-probabilities
+    and word times, bit for bit. Their parallel launchers are compiled apart in both cases
+    (kernel_cache.ApartCompiler): compiled in the process that ran them, exp_rows' sums over an
+    encoder's 1500 rows differed from the cached code's by up to 3e-5."""
+    import pickle
+    import subprocess
+    import sys
+
+    import numpy as np
+    import paths
+
+    env = paths.env(NUMBA_CACHE_DIR=str(tmp_path / "cache"))
+    runs = []
+    for k in range(2):
+        subprocess.run([sys.executable, "-c", FIRST_AND_LATER, str(tmp_path / f"{k}.pkl")], env=env,
+                       check=True, capture_output=True, timeout=900)
+        with open(tmp_path / f"{k}.pkl", "rb") as f:
+            runs.append(pickle.load(f))
+    for compute_type in ("float32", "int8"):
+        (first_states, first), (later_states, later) = runs[0][compute_type], runs[1][compute_type]
+        assert np.array_equal(first_states, later_states), compute_type
+        assert first == later, compute_type
