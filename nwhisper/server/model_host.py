@@ -2,14 +2,15 @@
 
     host = ModelHost("tiny.en", device="auto", unload_after=0)
     host.load()                                   # before the port opens (blocking)
-    job = host.submit(lambda m: list(m.transcribe(samples)[0]))   # decoded on the worker
-    segments = await job.future                   # on the IOLoop; the loop stays responsive
+    future = host.submit(lambda m: list(m.transcribe(samples)[0]))   # decoded on the worker
+    segments = await future                       # on the IOLoop; the loop stays responsive
 
 One transcription runs at a time: the device has one model, and two jobs sharing it would each
 take twice as long and hold twice the scratch memory. Jobs wait in a heap ordered by
 (priority, arrival), so equal-priority jobs run first come, first served; FINAL (0) runs before
-DRAFT (1), which is how a stream's drafts give way to anyone's final (stream.py submits drafts
-as DRAFT). A job whose client went away is dropped from the queue (`abandon`), not run.
+DRAFT (1), which is how a stream's drafts give way to anyone's final: the host is the live
+streams' door (stream/door.py). A job whose client went away is dropped from the queue
+(`abandon`), not run.
 
 All bookkeeping happens on the IOLoop thread; the worker thread only runs the job and, when the
 model was unloaded, loads it first — so the model is never touched by two threads, and an unload
@@ -32,16 +33,12 @@ from tornado import ioloop
 from tornado.concurrent import Future, future_set_exception_unless_cancelled, future_set_result_unless_cancelled
 
 from ..abilities import Abilities
+from ..stream.door import DRAFT, FINAL, Abandoned
 
 log = logging.getLogger("nwhisper.server")
 
-FINAL, DRAFT = 0, 1          # job priorities: lower runs first
 WARMUP_SECONDS = 1.0         # of silence, transcribed once at startup (Numba dispatch, scratch)
 WAITS_KEPT = 1000            # queue waits remembered per priority, for /health
-
-
-class Abandoned(Exception):
-    """The job's client went away before the job ran."""
 
 
 class Job:
@@ -164,20 +161,22 @@ class ModelHost:
         return 0.0 if self.busy or self._holds else round(time.monotonic() - self.last_active, 1)
 
     def submit(self, fn, priority=FINAL):
-        """Queue fn(model) for the worker thread; returns the Job (await job.future)."""
+        """Queue fn(model) for the worker thread; returns its Future (await it on the IOLoop)."""
         job = Job(priority, next(self._seq), fn)
         heapq.heappush(self._queue, job)
         self.last_active = time.monotonic()
         self._next()
-        return job
+        return job.future
 
-    def abandon(self, job):
+    def abandon(self, future):
         """The job's client went away: drop it if it has not started."""
-        if job in self._queue:
-            self._queue.remove(job)
-            heapq.heapify(self._queue)
-            self.abandoned += 1
-            future_set_exception_unless_cancelled(job.future, Abandoned())
+        for job in self._queue:
+            if job.future is future:
+                self._queue.remove(job)
+                heapq.heapify(self._queue)
+                self.abandoned += 1
+                future_set_exception_unless_cancelled(future, Abandoned())
+                return
 
     def wait_stats(self):
         """Queue waits (submit → start) of the recent FINAL and DRAFT jobs, in ms."""

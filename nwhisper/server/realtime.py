@@ -1,8 +1,8 @@
 """OpenAI's Realtime API, transcription sessions: `GET /v1/realtime?intent=transcription`.
 
 Voice apps written for OpenAI's cloud point their official client at this server instead; the
-audio goes through the native stream (live.py: the endpointer, speculative finals, drafts) and
-its messages come back as OpenAI's events:
+audio goes through the stream room's LiveStream (the endpointer, speculative finals, drafts; with
+turn detection off, its commit mode) and its messages come back as OpenAI's events:
 
     ← session.created                          (transcription_session.created for beta clients)
     → session.update {session: {type: "transcription", audio: {input: {format, transcription,
@@ -22,24 +22,17 @@ concatenate to a text that only grows; `completed` carries the final, the author
 whether or not deltas came. With `turn_detection: null` nothing is cut: `commit` transcribes what
 was appended since the last one. Audio starts after the first session update (an append before
 it is refused), as PCM16 at 24 kHz (any rate 8–192 kHz may be named) or G.711 at 8 kHz, all
-resampled to 16 kHz by the stream's resampler. The session's `model` may name anything: this
+resampled to 16 kHz by the stream. The session's `model` may name anything: this
 server holds one model and uses it under whatever name the client gives.
 """
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import json
 import logging
 import secrets
 
-import numpy as np
-
-from ..abilities import options
-from ..io.audio import SAMPLE_RATE, StreamResampler
-from .model_host import FINAL, Abandoned
-from .live import seen, final_job
 from .realtime_events import (MIN_COMMIT_MS, RealtimeError, Session, apply_beta, apply_ga,
                               decode_append)
 from .stream import StreamHandler
@@ -51,38 +44,16 @@ CONVERSATION_EVENTS = ("response.", "conversation.item.create", "conversation.it
                        "output_audio_buffer.")
 
 
-class _Manual:
-    """Commit mode (turn_detection null): the audio appended since the last commit, at 16 kHz."""
-
-    def __init__(self, rate):
-        self.rate = rate
-        self._resampler = StreamResampler(rate) if rate != SAMPLE_RATE else None
-        self.parts = []
-        self.n = 0                   # samples at the client's rate, for the 100 ms rule
-
-    def append(self, x):
-        self.n += len(x)
-        self.parts.append(self._resampler.feed(x) if self._resampler else x)
-
-    def take(self):
-        audio = np.concatenate(self.parts) if self.parts else np.zeros(0, np.float32)
-        self.parts, self.n = [], 0
-        return audio
-
-
 class RealtimeHandler(StreamHandler):
     def initialize(self, ctx):
         super().initialize(ctx)
         self.beta = False
         self.session = None          # the client's, from its first update on
-        self.manual = None
         self.sid = "sess_" + secrets.token_hex(12)
         self._events = itertools.count(1)
         self._items = itertools.count(1)
         self.items = {}              # the stream's seg → item id, open or awaiting its transcript
         self.previous_item = None
-        self._pending = set()        # commit-mode jobs not yet answered
-        self._last = None            # the previous commit-mode transcript's delivery (order)
         self._said = {}              # item id → the delta text sent so far
 
     # -- the handshake ------------------------------------------------------------------------
@@ -111,12 +82,6 @@ class RealtimeHandler(StreamHandler):
         model = self.get_query_argument("model", None)
         kind = "transcription_session.created" if self.beta else "session.created"
         self._event(kind, session=self._shown(Session(model=model), self.beta))
-
-    def stopped(self):
-        super().stopped()
-        for job in self._pending:
-            self.ctx.host.abandon(job)
-        self._pending.clear()
 
     # -- events in ----------------------------------------------------------------------------
 
@@ -167,15 +132,13 @@ class RealtimeHandler(StreamHandler):
 
     def _apply(self, new):
         old, self.session = self.session, new
-        if old is not None and (old.turn_detection is None) != (new.turn_detection is None):
+        turns = new.turn_detection is not None
+        if old is not None and (old.turn_detection is not None) != turns:
             self._drop_audio()                 # the other mode: uncommitted audio is dropped
-        if new.turn_detection is None:
-            if self.manual is None or self.manual.rate != new.sample_rate:
-                self.manual = _Manual(new.sample_rate)
-            return
         settings = new.stream_settings()
         if self.live is None:
-            self.live = self.live_stream(settings, send=self._from_stream, report_closes=True)
+            self.live = self.live_stream(settings, send=self._from_stream, report_closes=True,
+                                         turns=turns)
         self.live.configure(settings, lead_ms=new.lead_ms(), prompt=new.prompt)
 
     def _drop_audio(self):
@@ -183,7 +146,6 @@ class RealtimeHandler(StreamHandler):
             self.live.close()
             self.live = None
         self.items.clear()
-        self.manual = None
 
     def _append(self, msg):
         if self.session is None:
@@ -194,70 +156,27 @@ class RealtimeHandler(StreamHandler):
             raise RealtimeError("input_audio_buffer.append needs 'audio' (base64)",
                                 "missing_required_parameter", "audio")
         samples = decode_append(msg["audio"], self.session)
-        if not len(samples):
-            return
-        if self.manual is not None:
-            self.manual.append(samples)
-        else:
+        if len(samples):
             self.live.feed(samples)
 
     def _commit(self, msg):
         if self.session is None:
             raise RealtimeError("nothing to commit: no session.update and no audio yet",
                                 "input_audio_buffer_commit_empty")
-        if self.manual is None:
-            ep = self.live.vad.endpointer
-            if not ep.open:
+        if self.live.turns:
+            if self.live.open_seg is None:
                 raise RealtimeError("nothing to commit: no speech is open (server VAD commits "
                                     "each utterance itself)", "input_audio_buffer_commit_empty")
-            self.live.end()                    # the close and the transcript follow as events
-            return
-        ms = 1000 * self.manual.n / self.manual.rate
-        if ms < MIN_COMMIT_MS:
+        elif self.live.pending_ms < MIN_COMMIT_MS:
             raise RealtimeError(f"buffer too small: a commit needs at least {MIN_COMMIT_MS} ms of "
-                                f"audio, the buffer holds {ms:.2f} ms",
+                                f"audio, the buffer holds {self.live.pending_ms:.2f} ms",
                                 "input_audio_buffer_commit_empty")
-        audio = self.manual.take()
-        item = self._committed()
-        opts = options(language=self.live_language(), max_tokens=self.ctx.config.max_tokens,
-                       initial_prompt=self.session.prompt)
-        job = self.ctx.host.submit(final_job(audio, opts), FINAL)
-        job.future.add_done_callback(seen)
-        self._pending.add(job)
-        self._last = asyncio.ensure_future(
-            self._transcript(item, job, len(audio) / SAMPLE_RATE, self._last))
+        self.live.end()                        # the close and the transcript follow as events
 
     def _clear(self, msg):
-        if self.manual is not None:
-            self.manual.take()
-        elif self.live is not None:
-            seg = self.live.vad.endpointer.seg if self.live.vad.endpointer.open else None
-            self.live.reset()
-            self.items.pop(seg, None)
+        if self.live is not None:
+            self.items.pop(self.live.reset(), None)
         self._event("input_audio_buffer.cleared")
-
-    def live_language(self):
-        lang = self.session.language if self.session.language is not None else self.ctx.config.language
-        return None if lang in (None, "auto") else lang
-
-    async def _transcript(self, item, job, seconds, previous):
-        """A commit's transcript, after the previous one's."""
-        try:
-            result = await job.future
-            failure = None
-        except Abandoned:
-            return
-        except Exception as exc:          # a bug or the device: say so; the session goes on
-            log.exception("realtime transcription failed")
-            result, failure = None, f"{type(exc).__name__}: {exc}"
-        finally:
-            self._pending.discard(job)
-        if previous is not None:
-            await previous
-        if failure is not None:
-            self._failed(item, failure)
-        else:
-            self._completed(item, result[0], seconds)
 
     # -- the stream's messages out, as OpenAI's events -------------------------------------------
 
@@ -273,8 +192,9 @@ class RealtimeHandler(StreamHandler):
                 self._delta(item, m["stable"].lstrip())
         elif kind == "close":
             item = self.items.get(m["seg"]) or self.items.setdefault(m["seg"], self._new_item())
-            self._event("input_audio_buffer.speech_stopped", audio_end_ms=round(m["t1"] * 1000),
-                        item_id=item)
+            if self.live.turns:
+                self._event("input_audio_buffer.speech_stopped",
+                            audio_end_ms=round(m["t1"] * 1000), item_id=item)
             self._committed(item)
         elif kind == "final":
             item = self.items.pop(m["seg"], None)
@@ -294,11 +214,9 @@ class RealtimeHandler(StreamHandler):
             self._event("conversation.item.input_audio_transcription.delta", item_id=item,
                         content_index=0, delta=stable[len(said):])
 
-    def _committed(self, item=None):
-        item = item or self._new_item()
+    def _committed(self, item):
         self._event("input_audio_buffer.committed", item_id=item, previous_item_id=self.previous_item)
         self.previous_item = item
-        return item
 
     def _completed(self, item, text, seconds):
         self._said.pop(item, None)

@@ -40,8 +40,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..io.g711 import alaw_decode, ulaw_decode
-from .live import KEEP_S
-from .protocol import MAX_FRAME, MAX_RATE, MIN_RATE, StreamSettings, json_kind
+from ..stream.live import KEEP_S
+from ..stream.settings import MAX_RATE, MIN_RATE, StreamSettings, json_kind
+from .protocol import MAX_FRAME
 
 MAX_LEAD_MS = int(KEEP_S * 1000)   # the stream keeps this much audio before an utterance opens
 MAX_PROMPT = 2000            # characters: whisper reads at most 223 prompt tokens anyway

@@ -9,7 +9,8 @@ GETs get the test page) and `/stream`.
     → {"cmd": "end"} | {"cmd": "reset"}
     ← {"error": "…"}                                           failures are named
 
-protocol.py checks what comes in; live.py turns the audio into utterances and jobs. The handshake
+protocol.py checks the frames, stream/settings.py the config; the stream room's LiveStream turns
+the audio into utterances and jobs (this handler only translates). The handshake
 is refused with an HTTP error, as JSON, before any upgrade: 401 for a missing or wrong token, 503
 when every connection slot is taken (a stream holds one for as long as it is open). After it,
 nothing a client sends closes the stream except a frame over the WebSocket's own limit (Tornado
@@ -25,10 +26,11 @@ import os
 from tornado import websocket
 
 from ..abilities import Unsupported
+from ..stream.live import LiveStream
+from ..stream.settings import ConfigError, StreamSettings
 from . import auth
 from .limits import Busy
-from .live import LiveStream
-from .protocol import ConfigError, FrameError, StreamSettings, decode_frame
+from .protocol import FrameError, decode_frame
 
 log = logging.getLogger("nwhisper.server")
 

@@ -17,9 +17,9 @@ from tornado import ioloop, web
 
 from ..abilities import Unsupported, options
 from ..io.audio import AudioError, load_audio
+from ..stream.door import Abandoned
 from ..writers import needs_timestamps
 from . import auth, formats
-from .model_host import Abandoned
 from .limits import Busy
 from .upload import Reject, parse
 from .handlers import OPENAI_CODES, JsonHandler
@@ -114,7 +114,7 @@ class TranscribeHandler(JsonHandler):
                 return
             on_segments = self._start_events() if ask.stream else None
             self._job = self.ctx.host.submit(lambda m: _transcribe(m, samples, opts, ask.vad, on_segments))
-            segments, info = await self._job.future
+            segments, info = await self._job
             if self._gone:              # it was already running when the client went away
                 return
         except Reject as e:

@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nwhisper.io.g711 import ALAW, ULAW, alaw_decode, ulaw_decode
-from nwhisper.server.protocol import StreamSettings
+from nwhisper.stream.settings import StreamSettings
 from nwhisper.server.realtime_events import (RealtimeError, Session, TurnDetection, apply_beta,
                                              apply_ga, decode_append)
 

@@ -18,10 +18,11 @@ from tornado.httputil import HTTPHeaders, HTTPServerRequest, RequestStartLine
 from nwhisper.abilities import Abilities, normalize_language
 from nwhisper.cli.serve import parse_addr
 from nwhisper.server import auth, formats, tls
-from nwhisper.server.transcription import _language
-from nwhisper.server.model_host import DRAFT, FINAL, Abandoned, ModelHost
 from nwhisper.server.limits import Busy, Slots
+from nwhisper.server.model_host import ModelHost
+from nwhisper.server.transcription import _language
 from nwhisper.server.upload import Reject, parse
+from nwhisper.stream.door import DRAFT, FINAL, Abandoned
 
 # -- limits.Slots -----------------------------------------------------------------------------
 
@@ -89,9 +90,9 @@ def test_jobs_run_one_at_a_time_finals_before_drafts_and_abandoned_ones_never():
         host.abandon(gone)
         assert host.busy and host.queued == 2
         gate.set()
-        assert [await first.future, await final.future, await draft.future] == ["first", "final", "draft"]
+        assert [await first, await final, await draft] == ["first", "final", "draft"]
         with pytest.raises(Abandoned):
-            await gone.future
+            await gone
         assert order == ["first", "final", "draft"] and not host.busy
         host.close()
 
@@ -110,7 +111,7 @@ def test_idle_unload_waits_for_holds_and_the_next_job_reloads():
         await asyncio.sleep(0.05)
         host._maybe_unload()
         assert not host.loaded and host.unloads == 1 and host.shape["n_mels"] == 80
-        await host.submit(lambda m: None).future
+        await host.submit(lambda m: None)
         assert host.loaded and host.loads == 2
         host.close()
 

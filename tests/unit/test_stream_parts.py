@@ -1,7 +1,7 @@
 """The live stream's pure parts: the config and frame checks (fuzzed), the drafts' stable prefix and
 context, the endpointer's Stop, and the streaming resampler against the whole-signal one.
 
-Truth: the protocol's table (nwhisper/server/protocol.py, README) for the checks; for the
+Truth: the settings' table (nwhisper/stream/settings.py, README) for the checks; for the
 resampler, `resample` of the whole signal (itself checked against scipy in test_audio.py); for
 Stop, the End that follows it when no more voice comes (the same span, by definition).
 """
@@ -16,8 +16,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nwhisper.io.audio import StreamResampler, resample
-from nwhisper.server.live import draft_ctx, stable_prefix
-from nwhisper.server.protocol import MAX_FRAME, ConfigError, FrameError, StreamSettings, decode_frame
+from nwhisper.server.protocol import MAX_FRAME, FrameError, decode_frame
+from nwhisper.stream.live import draft_ctx, stable_prefix
+from nwhisper.stream.settings import ConfigError, StreamSettings
 from nwhisper.vad.endpointer import Endpointer, EndpointerOptions
 
 json_values = st.recursive(
@@ -161,7 +162,7 @@ def test_stream_resampler_refuses_absurd_rates():
 
 def test_protocol_table_lists_every_field():
     """The module's table (which the README's mirrors) names every config field."""
-    import nwhisper.server.protocol as P
+    import nwhisper.stream.settings as P
 
     for name in FIELDS:
         assert f"| {name}" in P.__doc__ or f", {name} |" in P.__doc__, name

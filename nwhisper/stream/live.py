@@ -1,19 +1,24 @@
 """One live stream: audio in, utterances out — the endpointer's events turned into model jobs.
 
-    live = LiveStream(host, settings, send, language=None, max_tokens=cfg.max_tokens)
+    live = LiveStream(door, settings, send, language=None, max_tokens=…)
     live.configure(settings, lead_ms=None, prompt=None)   # new settings, any time
-    live.feed(samples)          # float32 at settings.rate, any length (on the IOLoop)
+    live.feed(samples)          # float32 at settings.rate, any length (on the event loop)
     live.end()                  # the client says the utterance is over: transcribe it now
-    live.reset()                # forget the open utterance
+    live.reset()                # forget the open utterance (returns its seg, or None)
+    await live.settled()        # every utterance closed so far has had its final sent
     live.close()                # the connection went: nothing it queued runs
 
-`send(message)` gets the stream's messages as dicts in the native protocol's shapes (stream.py
-writes them as JSON; realtime.py translates them): final, partial, start, level, error. With
-`report_closes` (a dialect whose every utterance needs a commit and a transcript) it also gets
-{"type": "close", seg, t0, t1} the moment an utterance closes, and a final for every closed
-utterance, an empty or dropped one included.
+`door` is the model's (door.py: submit, abandon). `send(message)` gets the stream's messages as
+dicts: final, partial, start, level, error. With `report_closes` (a dialect whose every
+utterance needs a commit and a transcript) it also gets {"type": "close", seg, t0, t1} the moment
+an utterance closes, and a final for every closed utterance, an empty or dropped one included.
+Each dialect (the seed WebSocket, OpenAI Realtime, Wyoming) translates these; none reaches past
+this interface.
 
-How an utterance becomes an answer:
+With `turns=False` nothing is cut (OpenAI's turn_detection null): the audio accumulates, and
+`end()` commits what was fed since the last commit as one utterance (`pending_ms` says how much).
+
+How an utterance becomes an answer (turns on):
 * The endpointer's Stop (the voice has been silent for its tail): the utterance as End would
   cut it now is transcribed at once, with the full 30 s context, as a FINAL job — while the
   closing pause runs. More voice makes it stale: if it has not started it is dropped; if it has,
@@ -29,11 +34,11 @@ How an utterance becomes an answer:
 * Partial: a DRAFT job over the utterance so far, encoded with a short context (the audio + 5 s,
   at least 10 s: whisper.cpp's audio_ctx). A stream keeps at most one draft waiting; a newer one
   replaces it, and one whose utterance has closed is skipped. Drafts queue behind every final
-  (model_host.ModelHost's priorities), so under load they are late or dropped, finals never.
+  (the door's priorities), so under load they are late or dropped, finals never.
   `stable` is the words the last two drafts agree on, from the start.
 
-Everything here runs on the IOLoop, except the job functions, which run on the model's worker
-thread and read only the snapshot (seg, span, audio) they were handed.
+Everything here runs on the event loop (asyncio), except the job functions, which run on the
+model's thread and read only the snapshot (seg, span, audio) they were handed.
 """
 
 from __future__ import annotations
@@ -45,16 +50,15 @@ import math
 import time
 
 import numpy as np
-from tornado import ioloop
 
 from ..abilities import options
 from ..io.audio import SAMPLE_RATE, StreamResampler
+from ..records import TranscribeOptions
 from ..vad.endpointer import CHUNK_MS, End
 from ..vad.stream import VadStream, detector
-from ..records import Cancelled, TranscribeOptions
-from .model_host import DRAFT, FINAL, Abandoned
+from .door import DRAFT, FINAL, Abandoned, final_job, seen, text_of
 
-log = logging.getLogger("nwhisper.server")
+log = logging.getLogger("nwhisper.stream")
 
 DRAFT_MARGIN_S = 5.0         # a draft encodes its audio plus this much ...
 DRAFT_MIN_S = 10.0           # ... and at least this much
@@ -88,52 +92,29 @@ def stable_prefix(previous, current):
     return current[:i]
 
 
-def final_job(audio, options, cancelled=None):
-    """A FINAL job for ModelHost.submit: transcribe `audio` (16 kHz) with `options`
-    (TranscribeOptions); the result is
-    (text, seconds it took), or None when `cancelled()` said so (checked between the encoder's
-    layers and after them)."""
-    def run(model):             # on the model's worker thread
-        t = time.perf_counter()
-        try:
-            segments, _ = model.transcribe(audio, options, cancelled=cancelled)
-        except Cancelled:
-            return None
-        return _text(segments), time.perf_counter() - t
-    return run
-
-
-def seen(future):
-    """Mark a job's outcome as looked at (asyncio logs an exception nobody retrieved)."""
-    if not future.cancelled():
-        future.exception()
-
-
-def _text(segments):
-    return "".join(s.text for s in segments)
-
-
 class _Utterance:
     """What the stream knows of one utterance while its final is being made."""
 
-    __slots__ = ("seg", "drafted", "last_draft", "spec", "spec_span", "spec_voice_end", "spec_stale")
+    __slots__ = ("seg", "drafted", "last_draft", "spec", "spec_span", "spec_voice_end", "spec_stale",
+                 "job")
 
     def __init__(self, seg):
         self.seg = seg
         self.drafted = False         # a partial was sent
         self.last_draft = ""
-        self.spec = None             # the speculative final's Job
+        self.spec = None             # the speculative final's Future
         self.spec_span = None        # (t0, t1) it transcribes
         self.spec_voice_end = None   # where the voice had stopped (s): more voice makes it stale
         self.spec_stale = False
+        self.job = None              # the final's Future, once the utterance has closed
 
 
 class LiveStream:
-    def __init__(self, host, settings, send, language=None, max_tokens=TranscribeOptions.max_tokens,
-                 report_closes=False):
-        self.host, self.send = host, send
+    def __init__(self, door, settings, send, language=None, max_tokens=TranscribeOptions.max_tokens,
+                 report_closes=False, turns=True):
+        self.door, self.send = door, send
         self.default_language, self.max_tokens = language, max_tokens
-        self.report_closes = report_closes
+        self.report_closes, self.turns = report_closes, turns
         self.settings = None
         self.lead_ms = self.prompt = None
         self.vad = None
@@ -144,6 +125,8 @@ class LiveStream:
         self._draft_job = None                  # the stream's one draft job, queued or running
         self._draft_want = None                 # (seg, t0, t1, audio) the next draft is of
         self._last_final = None                 # the previous final's delivery (order)
+        self._commits = 0                       # utterances committed (turns off)
+        self._pending_in = 0                    # samples fed since the last commit, at settings.rate
         self.closed = False
         self.configure(settings)
 
@@ -159,6 +142,8 @@ class LiveStream:
         opts = settings.endpointer_options()
         if lead_ms is not None:
             opts = dataclasses.replace(opts, lead_ms=lead_ms)
+        if not self.turns:
+            return
         if self.vad is None:
             self.vad = VadStream(opts, vad=settings.vad)
         else:
@@ -180,37 +165,78 @@ class LiveStream:
         lang = self.settings.lang if self.settings.lang is not None else self.default_language
         return None if lang in (None, "auto") else lang
 
+    @property
+    def open_seg(self):
+        """The open utterance's number, or None (with turns off: never open)."""
+        ep = self.vad.endpointer if self.turns else None
+        return ep.seg if ep is not None and ep.open else None
+
+    @property
+    def pending_ms(self):
+        """With turns off: the audio fed since the last commit, in ms."""
+        return 1000 * self._pending_in / self.settings.rate
+
     # -- audio in ---------------------------------------------------------------------------
 
     def feed(self, samples):
         """Samples at settings.rate: into the ring, through the endpointer, events acted on."""
         x = self._resampler.feed(samples) if self._resampler else np.asarray(samples, np.float32)
         self._audio = np.concatenate([self._audio, x])
+        if not self.turns:
+            self._pending_in += len(samples)
+            return
         self._act(self.vad.feed(x))
         self._trim()
 
     def end(self):
+        """Close the open utterance now (turns off: commit what was fed since the last commit)."""
+        if not self.turns:
+            return self._commit()
         self._act(self.vad.end())
 
     def reset(self):
-        ep = self.vad.endpointer
-        if ep.open:
-            u = self._utt.pop(ep.seg, None)
+        """Forget the open utterance (turns off: the audio since the last commit); its seg."""
+        if not self.turns:
+            self._forget_audio()
+            return None
+        seg = self.open_seg
+        if seg is not None:
+            u = self._utt.pop(seg, None)
             if u is not None and u.spec is not None:
-                self.host.abandon(u.spec)
-            if self._draft_want is not None and self._draft_want[0] == ep.seg:
+                self.door.abandon(u.spec)
+            if self._draft_want is not None and self._draft_want[0] == seg:
                 self._draft_want = None
         self.vad.reset()
+        return seg
+
+    async def settled(self):
+        """Wait until every utterance closed so far has had its final sent."""
+        while self._last_final is not None and not self._last_final.done():
+            await asyncio.shield(self._last_final)
 
     def close(self):
         """Nothing this stream queued runs; a running job's result is not sent."""
         self.closed = True
         for u in self._utt.values():
-            if u.spec is not None:
-                self.host.abandon(u.spec)
+            for job in (u.spec, u.job):
+                if job is not None:
+                    self.door.abandon(job)
         if self._draft_job is not None:
-            self.host.abandon(self._draft_job)
+            self.door.abandon(self._draft_job)
         self._utt.clear()
+
+    def _commit(self):
+        """Turns off: what was fed since the last commit, as an utterance of its own."""
+        t0 = self._base / SAMPLE_RATE
+        t1 = (self._base + len(self._audio)) / SAMPLE_RATE
+        self._commits += 1
+        self._on_end(End(self._commits, t0, t1, t0, t1, "commit", t1))
+        self._forget_audio()
+
+    def _forget_audio(self):
+        self._base += len(self._audio)
+        self._audio = np.zeros(0, np.float32)
+        self._pending_in = 0
 
     def _span(self, t0, t1):
         a = round(t0 * SAMPLE_RATE) - self._base
@@ -240,7 +266,7 @@ class LiveStream:
     def _tail_ms(self, ep):
         """The longest tail (≤ the endpointer's option) after which the final is still ready
         when the pause closes."""
-        busy_ms = 1000 * (self.host.utterance_s or 0.0)
+        busy_ms = 1000 * (self.door.utterance_s or 0.0)
         fits = int(ep.pause_ms - busy_ms) - CHUNK_MS
         return max(MIN_TAIL_MS, min(ep.o.tail_ms, fits // CHUNK_MS * CHUNK_MS))
 
@@ -260,11 +286,11 @@ class LiveStream:
         if u is None:
             return
         if u.spec is not None:
-            self.host.abandon(u.spec)
+            self.door.abandon(u.spec)
         audio = self._span(e.t0, e.t1)
         u.spec_span, u.spec_voice_end, u.spec_stale = (e.t0, e.t1), e.speech_t1, False
-        u.spec = self.host.submit(self._final_job(audio, u), FINAL)
-        u.spec.future.add_done_callback(seen)      # a stale one is dropped with nobody waiting
+        u.spec = self.door.submit(self._final_job(audio, u), FINAL)
+        u.spec.add_done_callback(seen)      # a stale one is dropped with nobody waiting
 
     def _drop_stale_speculation(self):
         """The voice came back after a Stop: its speculative job is no longer the answer."""
@@ -275,7 +301,7 @@ class LiveStream:
         if (u is not None and u.spec is not None and not u.spec_stale
                 and round(ep.speech_end * CHUNK_MS / 1000, 3) > u.spec_voice_end):
             u.spec_stale = True
-            self.host.abandon(u.spec)
+            self.door.abandon(u.spec)
 
     def _on_drop(self, e):
         """The open utterance was someone else's: nothing it started is used; if it had drafts,
@@ -284,7 +310,7 @@ class LiveStream:
         if u is None:
             return
         if u.spec is not None:
-            self.host.abandon(u.spec)
+            self.door.abandon(u.spec)
         if self._draft_want is not None and self._draft_want[0] == e.seg:
             self._draft_want = None
         if self.report_closes:
@@ -313,18 +339,22 @@ class LiveStream:
             job = u.spec
         else:
             if u.spec is not None:
-                self.host.abandon(u.spec)
-            job = self.host.submit(self._final_job(self._span(e.t0, e.t1)), FINAL)
+                self.door.abandon(u.spec)
+            job = self.door.submit(self._final_job(self._span(e.t0, e.t1)), FINAL)
+        u.job = job
         self._last_final = asyncio.ensure_future(self._deliver(e, u, job, self._last_final, closed_at))
 
     async def _deliver(self, e, u, job, previous, closed_at):
         """Send utterance e's final once its job is done, after the previous final."""
         text = "" if job is None else None       # a dropped utterance's final is empty
-        error = None
+        error = language = None
         try:
             if job is not None:
-                text, seconds = await job.future
-                h = self.host
+                result = await job
+                if result is None:           # cancelled within the encoder: the stream closed
+                    raise Abandoned
+                text, seconds, language = result
+                h = self.door
                 h.utterance_s = seconds if h.utterance_s is None else 0.8 * h.utterance_s + 0.2 * seconds
         except Abandoned:
             pass
@@ -342,7 +372,8 @@ class LiveStream:
         elif text is not None and (text.strip() or u.drafted or self.report_closes):
             self.send({"type": "final", "seg": e.seg, "text": text, "t0": e.t0, "t1": e.t1,
                        "speech_t0": e.speech_t0, "speech_t1": e.speech_t1,
-                       "proc_ms": max(0, round((ready - closed_at) * 1000))})
+                       "proc_ms": max(0, round((ready - closed_at) * 1000)),
+                       "language": language or self.language()})
 
     # -- jobs -------------------------------------------------------------------------------
 
@@ -365,13 +396,14 @@ class LiveStream:
             seg, t0, t1, audio = want
             ctx = draft_ctx(len(audio) / SAMPLE_RATE, model.dims.n_audio_ctx)
             segments, _ = model.transcribe(audio, dataclasses.replace(opts, audio_ctx=ctx))
-            return want, _text(segments)
+            return want, text_of(segments)
 
-        self._draft_job = job = self.host.submit(run, DRAFT)
-        ioloop.IOLoop.current().add_future(job.future, self._draft_done)
+        self._draft_job = self.door.submit(run, DRAFT)
+        self._draft_job.add_done_callback(self._draft_done)
 
     def _draft_done(self, f):
         self._draft_job = None
+        seen(f)
         if self.closed:
             return
         try:

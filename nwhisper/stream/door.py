@@ -1,0 +1,60 @@
+"""The live stream's one door to the model, and the jobs it passes through it.
+
+A stream never holds the model: it hands jobs to whoever does (the server's ModelHost) and
+awaits their futures on the event loop.
+
+    future = door.submit(final_job(audio, options), FINAL)   # fn(model) on the model's thread
+    door.abandon(future)          # the client went: drop it if it has not started
+    door.utterance_s              # how long a short utterance takes (None: not known yet)
+
+Jobs run one at a time in (priority, arrival) order: FINAL before DRAFT, so a stream's drafts
+give way to anyone's final. A job dropped before it ran fails with Abandoned.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Protocol
+
+from ..records import Cancelled
+
+FINAL, DRAFT = 0, 1          # job priorities: lower runs first
+
+
+class Abandoned(Exception):
+    """The job's client went away before the job ran."""
+
+
+class Door(Protocol):
+    utterance_s: float | None
+
+    def submit(self, fn, priority=FINAL):
+        """Queue fn(model); returns an asyncio Future of its result."""
+
+    def abandon(self, future):
+        """Drop the job of `future` if it has not started (its future fails with Abandoned)."""
+
+
+def final_job(audio, options, cancelled=None):
+    """A FINAL job: transcribe `audio` (16 kHz) with `options` (TranscribeOptions); the result
+    is (text, seconds it took, language), or None when `cancelled()` said so (checked between
+    the encoder's layers and after them)."""
+    def run(model):             # on the model's thread
+        t = time.perf_counter()
+        try:
+            segments, info = model.transcribe(audio, options, cancelled=cancelled)
+            text = text_of(segments)
+        except Cancelled:
+            return None
+        return text, time.perf_counter() - t, info.language
+    return run
+
+
+def text_of(segments):
+    return "".join(s.text for s in segments)
+
+
+def seen(future):
+    """Mark a job's outcome as looked at (asyncio logs an exception nobody retrieved)."""
+    if not future.cancelled():
+        future.exception()
