@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 
 import click
@@ -47,11 +48,18 @@ def parse_addr(addr):
               help="requests waiting for a free connection before the server answers 503")
 @click.option("--max-upload-mb", type=click.FloatRange(min=0.001), default=100, show_default=True,
               help="largest request body accepted (413 above)")
+@click.option("--wyoming", metavar="URI", default=None,
+              help="also serve Home Assistant's Wyoming protocol on tcp://HOST:PORT (e.g. tcp://0.0.0.0:10300) or unix://PATH")
+@click.option("--wyoming-own-vad", is_flag=True,
+              help="tell Wyoming clients they need no VAD of their own (our endpointer ends each command)")
+@click.option("--zeroconf", is_flag=False, flag_value="nwhisper", default=None, metavar="[NAME]",
+              help="advertise the Wyoming service on the LAN (mDNS _wyoming._tcp, as Home Assistant discovers it)")
+@click.option("--no-http", is_flag=True, help="serve only --wyoming (no HTTP port)")
 def serve(model, addr, lang, vad, timestamps, max_tokens, device, compute_type, tls, cert, key, tls_dir, token,
-          unload_after, connections, queue, max_upload_mb):
+          unload_after, connections, queue, max_upload_mb, wyoming, wyoming_own_vad, zeroconf, no_http):
     """Serve MODEL (a name or path; default tiny.en) over HTTP: whisper.cpp's POST /inference,
-    OpenAI's POST /v1/audio/transcriptions and /translations, GET /health, and a test page at /.
-    The model loads before the port opens."""
+    OpenAI's POST /v1/audio/transcriptions and /translations, GET /health, and a test page at /;
+    with --wyoming, to Home Assistant's voice devices. The model loads before the port opens."""
     from ..io.checkpoint import CheckpointError
     from ..server import tls as T
     from ..server.app import Config, run
@@ -59,6 +67,20 @@ def serve(model, addr, lang, vad, timestamps, max_tokens, device, compute_type, 
     host, port = parse_addr(addr)
     if bool(cert) != bool(key):
         raise click.UsageError("--cert and --key go together")
+    if no_http and not wyoming:
+        raise click.UsageError("--no-http serves nothing without --wyoming URI")
+    if (zeroconf or wyoming_own_vad) and not wyoming:
+        raise click.UsageError("--zeroconf and --wyoming-own-vad go with --wyoming URI")
+    if wyoming:
+        from ..server.wyoming import parse_uri
+        try:
+            kind, _, _ = parse_uri(wyoming)
+        except ValueError as e:
+            raise click.BadParameter(str(e), param_hint="--wyoming") from None
+        if zeroconf and kind != "tcp":
+            raise click.UsageError("--zeroconf advertises a tcp:// address, not a unix socket")
+        if zeroconf and importlib.util.find_spec("zeroconf") is None:
+            raise click.UsageError("--zeroconf needs the zeroconf package: pip install 'nwhisper[wyoming]'")
     ssl_ctx = None
     try:
         if cert:
@@ -75,7 +97,8 @@ def serve(model, addr, lang, vad, timestamps, max_tokens, device, compute_type, 
                      language=lang.strip().lower() if lang else None, vad=vad,
                      timestamps=timestamps, max_tokens=max_tokens, token=token or None,
                      ssl=ssl_ctx, unload_after=unload_after, connections=connections, queue=queue,
-                     max_upload=int(max_upload_mb * (1 << 20)))
+                     max_upload=int(max_upload_mb * (1 << 20)), http=not no_http, wyoming=wyoming,
+                     wyoming_own_vad=wyoming_own_vad, zeroconf=zeroconf)
         _logging()
         run(cfg)
     except (CheckpointError, ValueError, RuntimeError, OSError) as e:

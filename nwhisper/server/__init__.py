@@ -1,5 +1,6 @@
 """`nwhisper serve`: a transcription service on Tornado — whisper.cpp's and OpenAI's HTTP APIs, and
-live audio over WebSockets (the seed protocol and OpenAI Realtime), on one port.
+live audio over WebSockets (the seed protocol and OpenAI Realtime), on one port; Home Assistant's
+Wyoming protocol on a socket of its own. The live dialects are adapters over nwhisper.stream.
 
 The model loads once, before the port opens; a request pays only for its own audio.
 
@@ -10,9 +11,9 @@ The model loads once, before the port opens; a request pays only for its own aud
     formats.py          json, text, srt, vtt, verbose_json
     model_host.py       ModelHost: the model, its one worker thread, finals before drafts, idle unload
     limits.py           Slots: how many requests are served at once, and a bounded wait
-    stream.py           the live WebSocket at / and /stream; protocol.py, its wire format
-    live.py             one live stream: the endpointer's events turned into model jobs
+    stream.py           the live WebSocket at / and /stream; protocol.py, its frames
     realtime.py         OpenAI Realtime transcription sessions; realtime_events.py, their events
+    wyoming.py          Wyoming speech-to-text (Home Assistant); wyoming_events.py, its frames
     client.py           a client of the live stream (`nwhisper stream`)
     auth.py, tls.py     the token; a self-signed certificate or your PEMs
     static/             the test page served at /

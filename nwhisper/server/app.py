@@ -34,7 +34,7 @@ from tornado import httpserver, netutil, web
 
 from ..io.registry import DEFAULT_MODEL
 from ..records import TranscribeOptions
-from . import auth, realtime, stream
+from . import auth, realtime, stream, wyoming
 from .model_host import ModelHost
 from .limits import Slots
 from .handlers import JsonHandler, NotFound
@@ -63,6 +63,10 @@ class Config:
     connections: int = 8             # requests/streams served at once
     queue: int = 16                  # requests waiting for a slot before 503
     max_upload: int = 100 * MiB      # bytes per request body
+    http: bool = True                # serve HTTP on host:port (off: Wyoming only)
+    wyoming: str | None = None       # tcp://HOST:PORT or unix://PATH: Home Assistant's protocol
+    wyoming_own_vad: bool = False    # tell Wyoming clients they need no VAD of their own
+    zeroconf: str | None = None      # advertise the Wyoming service under this name (mDNS)
 
     @property
     def discard_limit(self):
@@ -81,6 +85,16 @@ class Context:
         self.requests = self.failed = 0
         self.streams_open = self.streams_opened = 0
         self.started = time.monotonic()
+
+    def stream_opened(self):
+        """A live stream began: it keeps the model loaded until stream_closed()."""
+        self.host.hold()
+        self.streams_open += 1
+        self.streams_opened += 1
+
+    def stream_closed(self):
+        self.host.release()
+        self.streams_open -= 1
 
     def health(self):
         h = self.host
@@ -125,9 +139,6 @@ class PageHandler(web.StaticFileHandler):
     def set_default_headers(self):
         self.set_header("Server", "nwhisper")
         self.set_header("Cache-Control", "no-cache")
-
-
-# -- the application --------------------------------------------------------------------------
 
 
 # -- the application --------------------------------------------------------------------------
@@ -195,23 +206,41 @@ def run(cfg, say=_say, warmup=True):
 
 async def _serve(cfg, host, say):
     ctx = Context(cfg, host)
-    server = httpserver.HTTPServer(make_app(ctx), ssl_options=cfg.ssl,
-                                   max_body_size=cfg.discard_limit, idle_connection_timeout=60,
-                                   body_timeout=300)
-    sockets = netutil.bind_sockets(cfg.port, address=cfg.host or None)
-    server.add_sockets(sockets)
-    port = sockets[0].getsockname()[1]
+    server = service = zc = None
+    if cfg.http:
+        server = httpserver.HTTPServer(make_app(ctx), ssl_options=cfg.ssl,
+                                       max_body_size=cfg.discard_limit, idle_connection_timeout=60,
+                                       body_timeout=300)
+        sockets = netutil.bind_sockets(cfg.port, address=cfg.host or None)
+        server.add_sockets(sockets)
+        port = sockets[0].getsockname()[1]
+    if cfg.wyoming:
+        service = await wyoming.WyomingService(ctx, cfg.wyoming, cfg.wyoming_own_vad).start()
     host.last_active = time.monotonic()     # idle counts from the moment the port opens
     host.start_idle_timer()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    say(f"nwhisper serving on {url(cfg, port)} (test page at /, POST /inference, "
-        f"POST /v1/audio/transcriptions, GET /health, WebSocket at / and /stream: live audio, at "
-        f"/v1/realtime: OpenAI Realtime)")
+    if server is not None:
+        say(f"nwhisper serving on {url(cfg, port)} (test page at /, POST /inference, "
+            f"POST /v1/audio/transcriptions, GET /health, WebSocket at / and /stream: live audio, "
+            f"at /v1/realtime: OpenAI Realtime)")
+    if service is not None:
+        say(f"nwhisper Wyoming speech-to-text on {service.address} (Home Assistant: add the "
+            f"Wyoming Protocol integration with this host and port)")
+        if cfg.zeroconf and service.kind == "tcp":
+            address = wyoming.lan_address() if service.where in ("0.0.0.0", "") else service.where
+            zc = await wyoming.advertise(cfg.zeroconf, service.port, address)
+            say(f"nwhisper: advertised as {cfg.zeroconf}.{wyoming.SERVICE_TYPE} at "
+                f"{address}:{service.port}")
     await stop.wait()
     say("nwhisper: stopping")
-    server.stop()
+    if zc is not None:
+        await zc.async_close()
+    if service is not None:
+        await service.stop()
+    if server is not None:
+        server.stop()
     host.close()
     ctx.decoders.shutdown(wait=False)

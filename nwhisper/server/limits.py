@@ -47,6 +47,14 @@ class Slots:
             self._waiters.append(f)
         return f
 
+    def enter_now(self):
+        """A slot now, or Busy: a live stream does not wait behind streams that may stay open."""
+        f = self.enter()
+        if not f.done():
+            self.leave(f)
+            raise Busy(f"server busy: all {self.size} connections are in use; retry later")
+        return f
+
     def leave(self, f):
         """Give up a ticket: leave the queue, or hand the slot on if it was already ours."""
         if not f.done():

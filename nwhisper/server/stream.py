@@ -57,14 +57,9 @@ class StreamHandler(websocket.WebSocketHandler):
         if self.request.headers.get("Upgrade", "").lower() != "websocket":
             return self.refuse(400, "this route is a WebSocket: connect with Upgrade: websocket")
         try:
-            ticket = self.ctx.slots.enter()
+            self._slot = self.ctx.slots.enter_now()
         except Busy as e:
             return self.refuse(503, str(e))
-        if not ticket.done():        # a stream does not wait behind streams that may stay open
-            self.ctx.slots.leave(ticket)
-            return self.refuse(503, f"server busy: all {self.ctx.slots.size} connections are in "
-                                     f"use; retry later")
-        self._slot = ticket
         await super().get(*args, **kwargs)
         if self.ws_connection is None:        # the upgrade failed: give the slot back
             self._let_go()
@@ -84,9 +79,7 @@ class StreamHandler(websocket.WebSocketHandler):
         return MAX_MESSAGE
 
     def open(self, *args, **kwargs):
-        self.ctx.host.hold()
-        self.ctx.streams_open += 1
-        self.ctx.streams_opened += 1
+        self.ctx.stream_opened()
         self._held = True
         self.started()
 
@@ -157,8 +150,7 @@ class StreamHandler(websocket.WebSocketHandler):
         if self._held:
             self.stopped()
             self._held = False
-            self.ctx.host.release()
-            self.ctx.streams_open -= 1
+            self.ctx.stream_closed()
         self._let_go()
 
     def stopped(self):

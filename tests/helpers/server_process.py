@@ -32,12 +32,20 @@ class Server:
         self.url = None
 
     def wait(self, timeout=START_TIMEOUT):
+        self.url = self._line(r"serving on (\S+)", timeout)
+        return self
+
+    def wyoming(self, timeout=START_TIMEOUT):
+        """The address of its Wyoming service, as it printed it (tcp://HOST:PORT, unix://PATH)."""
+        return self._line(r"Wyoming speech-to-text on (\S+)", timeout)
+
+    def _line(self, pattern, timeout):
+        """The first group of `pattern` once the server's output has it."""
         t0 = time.monotonic()
         while time.monotonic() - t0 < timeout:
-            m = re.search(r"serving on (\S+)", self.output())
+            m = re.search(pattern, self.output())
             if m:
-                self.url = m.group(1)
-                return self
+                return m.group(1)
             if self.proc.poll() is not None:
                 raise RuntimeError(f"server {self.name} exited:\n{self.output()}")
             time.sleep(0.1)
