@@ -63,6 +63,8 @@ class TranscribeOptions:
     word_timestamps: bool = False
     hallucination_silence_threshold: float | None = None   # s; with word timestamps (openai's)
     initial_prompt: str | None = None           # text given as the previous text of the first window
+    hotwords: str | None = None                 # words to bias toward, before the previous text of
+                                                # every window (faster-whisper's hotwords)
     audio_ctx: int | None = None                # encoder positions (whisper.cpp's audio_ctx):
                                                 # None = the model's (30 s); fewer encode only
                                                 # audio_ctx · 20 ms (short-form only)
@@ -94,6 +96,8 @@ class TranscribeOptions:
             if self.hallucination_silence_threshold is not None or self.audio_ctx is not None:
                 raise ValueError("batch_size > 1 decodes each chunk as one window: no "
                                  "hallucination_silence_threshold, no audio_ctx")
+        if self.hotwords is not None and not isinstance(self.hotwords, str):
+            raise ValueError(f"hotwords is a string of words, not {type(self.hotwords).__name__}")
         if self.hallucination_silence_threshold is not None:
             if not self.word_timestamps:
                 raise ValueError("hallucination_silence_threshold works on word timings: it needs "

@@ -236,6 +236,16 @@ class Transcriber:
             return ()
         return tuple(self.tok.encode(" " + opts.initial_prompt.strip()))[-(self.model.dims.n_text_ctx // 2 - 1):]
 
+    def _prompt(self, opts, previous):
+        """What follows <|startofprev|>: the hotwords (every window; faster-whisper's: ' ' + text,
+        at most n_text_ctx // 2 - 1 tokens), then the previous text's last n_text_ctx // 2 - 1."""
+        half = self.model.dims.n_text_ctx // 2
+        hot = ()
+        if opts.hotwords and opts.hotwords.strip():
+            hot = tuple(self.tok.encode(" " + opts.hotwords.strip()))
+            hot = hot[:half - 1] if len(hot) >= half else hot
+        return hot + tuple(previous[-(half - 1):])
+
     @staticmethod
     def _no_speech_gate(opts):
         return opts.no_speech_threshold is not None and opts.no_speech_threshold < 1
@@ -276,7 +286,7 @@ class Transcriber:
         window whose greedy text fails the fallback thresholds is decoded again alone at the next
         temperatures, as it would be alone."""
         opts, lang = run.opts, run.info.language
-        prompt, n_frames = self._initial_prompt(opts), self._window_frames(opts)
+        prompt, n_frames = self._prompt(opts, self._initial_prompt(opts)), self._window_frames(opts)
         firsts = [None] * len(group)
         if run.source.chunked:
             greedy = self._options(opts, lang, opts.timestamps, prompt, opts.temperature[0])
@@ -332,8 +342,7 @@ class Transcriber:
                 self._language(run, enc)
                 yield []
             lang = run.info.language
-            ctx = history[prompt_reset:]
-            prompt = tuple(ctx[-(self.model.dims.n_text_ctx // 2 - 1):]) if ctx else ()
+            prompt = self._prompt(opts, history[prompt_reset:])
             res = self._decode(enc, opts, lang, True, prompt)
             offset = seek * FRAME_SECONDS
             if self._is_silence(res, opts, speech, (seek * M.HOP_LENGTH, (seek + size) * M.HOP_LENGTH)):

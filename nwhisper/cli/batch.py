@@ -6,7 +6,7 @@ import sys
 import click
 
 from ..io.registry import DEFAULT_MODEL
-from .options import batch_size_option, compute_type_option
+from .options import batch_size_option, compute_type_option, hotwords_option
 
 
 def _formats(value):
@@ -40,8 +40,9 @@ def _formats(value):
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
 @compute_type_option
 @click.option("--no-progress", is_flag=True, help="no progress bar")
+@hotwords_option
 def command(inputs, output_dir, fmt, model, workers, ray, lang, task, vad, word_timestamps, beam,
-            batch_size, device, compute_type, no_progress):
+            batch_size, device, compute_type, no_progress, hotwords):
     """Transcribe every recording in INPUTS (files, folders, manifests) into OUTDIR."""
     from ..abilities import options as transcribe_options
     from ..batch.jobs import BatchError, collect
@@ -61,7 +62,7 @@ def command(inputs, output_dir, fmt, model, workers, ray, lang, task, vad, word_
     try:        # a conflict is named once, before any model loads
         options = transcribe_options(vad, formats=fmts, language=lang, task=task, beam_size=beam,
                                      timestamps=word_timestamps or None, word_timestamps=word_timestamps,
-                                     batch_size=batch_size)
+                                     batch_size=batch_size, hotwords=hotwords)
     except ValueError as e:
         click.echo(f"nwhisper batch: {e}", err=True)
         sys.exit(2)

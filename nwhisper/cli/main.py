@@ -12,7 +12,7 @@ import click
 from ..io.checkpoint import CheckpointError
 from ..io.registry import DEFAULT_MODEL
 from ..records import TranscribeOptions
-from .options import batch_size_option, compute_type_option, max_tokens_option
+from .options import batch_size_option, compute_type_option, hotwords_option, max_tokens_option
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -123,6 +123,7 @@ class _Progress:
 @batch_size_option
 @click.option("--no-condition", is_flag=True, help="do not give the previous window's text as the prompt")
 @click.option("--prompt", default=None, help="text the first window is conditioned on (names, spelling, style)")
+@hotwords_option
 @click.option("-f", "--format", "fmt", type=click.Choice(["txt", "srt", "vtt", "json", "tsv", "all"]), default=None,
               help="write files in this format (default: print to stdout)")
 @click.option("-o", "--output-dir", default=".", show_default=True, type=click.Path(file_okay=False),
@@ -130,8 +131,8 @@ class _Progress:
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
 @compute_type_option
 def transcribe(args, lang, task, max_tokens, timestamps, nospeech, beam, best_of, temperature,
-               word_timestamps, hallucination_s, vad, batch_size, no_condition, prompt, fmt, output_dir,
-               device, compute_type):
+               word_timestamps, hallucination_s, vad, batch_size, no_condition, prompt, hotwords, fmt,
+               output_dir, device, compute_type):
     """Transcribe AUDIO files with MODEL (a name or path; default tiny.en)."""
     from .. import writers
     from ..abilities import options
@@ -146,7 +147,8 @@ def transcribe(args, lang, task, max_tokens, timestamps, nospeech, beam, best_of
                        max_tokens=max_tokens, timestamps=timestamps or words, no_speech_threshold=nospeech,
                        beam_size=beam, best_of=best_of, temperature=_temperatures(temperature),
                        word_timestamps=words, hallucination_silence_threshold=hallucination_s,
-                       condition_on_previous_text=not no_condition, initial_prompt=prompt, batch_size=batch_size)
+                       condition_on_previous_text=not no_condition, initial_prompt=prompt, hotwords=hotwords,
+                       batch_size=batch_size)
         model = load(model_arg, device=device, compute_type=compute_type)
         for f in files:
             bar = _Progress(f)

@@ -18,3 +18,8 @@ batch_size_option = click.option(
     "--batch-size", type=click.IntRange(1, 64), default=TranscribeOptions.batch_size, show_default=True,
     help="N > 1: cut the speech (Silero) into chunks of at most 30 s and decode N at once "
          "(faster-whisper's batched mode: each chunk its own window, no previous text; greedy)")
+
+hotwords_option = click.option(
+    "--hotwords", default=None, metavar="TEXT",
+    help="words to bias toward (names, terms), given before every window's previous text "
+         "(faster-whisper's hotwords)")

@@ -22,7 +22,7 @@ vad_sensitivity names, as Home Assistant's own VAD: default 0.7 s, relaxed 1.25,
 false) and sends the transcript the moment our endpointer closes the first utterance; Home
 Assistant takes the first transcript, and the audio after it is ignored until the next
 audio-start. A connection may carry any number of transcriptions. transcript_names and
-transcript_terms reach the model as its prompt.
+transcript_terms reach the model as hotwords.
 
 Limits are the HTTP side's: a transcription holds one of the server's connection slots from
 audio-start to its transcript (an `error` "server-busy" when none is free). A frame that cannot be
@@ -242,12 +242,11 @@ class Connection:
         self._held = True
         r = self.request
         settings = StreamSettings(rate=fmt.rate, lang=r.language, partials=True,
-                                  pause_ms=PAUSE_MS[r.vad_sensitivity or "default"])
+                                  pause_ms=PAUSE_MS[r.vad_sensitivity or "default"],
+                                  hotwords=", ".join(r.terms) or None)
         self.live = LiveStream(self.ctx.host, settings, self._from_stream,
                                language=self.ctx.config.language,
                                max_tokens=self.ctx.config.max_tokens)
-        if r.terms:
-            self.live.configure(settings, prompt=", ".join(r.terms))
         self.state, self.texts, self.started, self.said = AUDIO, [], False, {}
 
     def _chunk(self, e):
@@ -258,8 +257,7 @@ class Connection:
         fmt = audio_format(e.data, "audio-chunk")
         x = samples(e.payload, fmt)
         if fmt.rate != self.live.settings.rate:
-            self.live.configure(dataclasses.replace(self.live.settings, rate=fmt.rate),
-                                prompt=self.live.prompt)
+            self.live.configure(dataclasses.replace(self.live.settings, rate=fmt.rate))
         if len(x):
             self.live.feed(x)
 

@@ -159,7 +159,7 @@ class LiveStream:
                 "adaptive": ep.o.learning, "min_pause_ms": s.min_pause_ms,
                 "max_pause_ms": s.max_pause_ms, "threshold": s.threshold, "near_db": s.near_db,
                 "max_utt_ms": s.max_utt_ms, "events": s.events, "levels": s.levels,
-                "vad": getattr(self.vad.detector, "name", s.vad)}
+                "vad": getattr(self.vad.detector, "name", s.vad), "hotwords": s.hotwords}
 
     def language(self):
         lang = self.settings.lang if self.settings.lang is not None else self.default_language
@@ -384,7 +384,8 @@ class LiveStream:
         return final_job(audio, self._model_options(), cancelled)
 
     def _model_options(self):
-        return options(language=self.language(), max_tokens=self.max_tokens, initial_prompt=self.prompt)
+        return options(language=self.language(), max_tokens=self.max_tokens, initial_prompt=self.prompt,
+                       hotwords=self.settings.hotwords)
 
     def _submit_draft(self):
         opts = self._model_options()

@@ -25,6 +25,7 @@ functions, no I/O: the adapters and the fuzz tests call them alike.
 | events | bool | false | {"type": "start"} when speech begins |
 | levels | bool | false | {"type": "level"} once a second |
 | vad | "silero" or "energy" | silero | the detector |
+| hotwords | a string or null | null | words to bias toward (names, terms): transcribe's hotwords |
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from dataclasses import dataclass
 from ..vad.endpointer import EndpointerOptions
 
 MIN_RATE, MAX_RATE = 8000, 192000
+MAX_HOTWORDS = 1000          # characters (the model reads at most 223 tokens of them)
 _E = EndpointerOptions       # the endpointer's defaults are the stream's: one place for each
 
 
@@ -60,6 +62,7 @@ class StreamSettings:
     events: bool = False
     levels: bool = False
     vad: str = "silero"
+    hotwords: str | None = None
 
     def updated(self, message):
         """These settings with a config message's fields applied; ConfigError if any is bad."""
@@ -133,6 +136,11 @@ def _check(name, value):
         return _choice(name, value, ("silero", "energy"))
     if name == "rate":
         return _int(name, value, MIN_RATE, MAX_RATE)
+    if name == "hotwords":
+        if value is not None and (not isinstance(value, str) or len(value) > MAX_HOTWORDS):
+            raise ConfigError(f"hotwords takes a string of at most {MAX_HOTWORDS} characters or "
+                              f"null, not {json_kind(value)}")
+        return (value.strip() or None) if value is not None else None
     if name == "lang":
         if value is None:
             return None

@@ -101,6 +101,22 @@ def test_transcribe_options_reach_the_decoder():
     assert code == 0 and text.strip() == TRANSLATE[dutch]["text"].strip(), err
 
 
+def test_hotwords_from_the_command_line(tmp_path):
+    """--hotwords spells made-up names right (tests/oracle/test_hotwords.py holds them to
+    faster-whisper); `nwhisper batch --hotwords` the same."""
+    names = os.path.join(FIX, "espeak/en-names.flac")
+    plain = nwhisper("transcribe", names, "--device", "cpu")[1]
+    code, hot, err = nwhisper("transcribe", names, "--hotwords", "Zorblax Quenteroth, Vintrella",
+                              "--device", "cpu")
+    assert code == 0 and "Zorblax Quenteroth" in hot and "Vintrella" in hot, err
+    assert "Zorblax" not in plain
+    code, _, err = nwhisper("batch", names, "-o", str(tmp_path), "-f", "txt", "--no-progress",
+                            "--hotwords", "Zorblax Quenteroth, Vintrella", "--device", "cpu")
+    assert code == 0, err
+    (txt,) = [os.path.join(d, f) for d, _, fs in os.walk(tmp_path) for f in fs if f.endswith(".txt")]
+    assert "Zorblax Quenteroth" in open(txt).read()
+
+
 def test_word_timestamps_from_the_command_line(tmp_path):
     clip = "librivox/sense_and_sensibility_01_austen_64kb-0870.flac"   # openai's words, 22 of them
     code, _, err = nwhisper("transcribe", os.path.join(FIX, clip), "--word-timestamps", "-f", "json",

@@ -154,6 +154,19 @@ def test_a_client_that_sends_no_config_gets_finals(main, model):
     assert "ask not what your country can do for you" in words(finals)
 
 
+def test_hotwords_in_the_config_spell_names_right(main):
+    """The config's hotwords reach the model (tests/oracle/test_hotwords.py holds them to
+    faster-whisper): the made-up names come out right with them, wrong without."""
+    x, _ = scene(["espeak/en-names.flac"])
+    said = {}
+    for hot in ("Zorblax Quenteroth, Vintrella", None):
+        r = run(stream(ws(main), x, config={"hotwords": hot, **EVENTS}, pace=0, linger=8))
+        assert r.config_answer["hotwords"] == hot and not r.errors
+        said[hot] = " ".join(f["text"] for f in r.of("final"))
+    assert "Zorblax Quenteroth" in said["Zorblax Quenteroth, Vintrella"], said
+    assert "Zorblax" not in said[None], said
+
+
 def test_levels_once_a_second(main):
     x, _ = scene(ANSWERS[:1])
     r = run(stream(ws(main), x, config={"levels": True, **EVENTS}, pace=0, linger=5))

@@ -177,6 +177,18 @@ def test_real_time_pace_streams_chunks(servers, model):
     assert words(transcript(events).text) == words(want)
 
 
+def test_transcript_names_spell_names_right(servers):
+    """transcript_names / transcript_terms reach the model as hotwords: the made-up names of
+    en-names.flac come out right with them and wrong without (tests/oracle/test_hotwords.py)."""
+    async def go(**names):
+        async with AsyncTcpClient("127.0.0.1", servers["main"].port) as c:
+            return transcript((await utterance(c, audio("espeak/en-names.flac"), **names))[0]).text
+    with_ = run(go(transcript_names=["Zorblax Quenteroth"], transcript_terms=["Vintrella"]))
+    without = run(go())
+    assert "Zorblax Quenteroth" in with_ and "Vintrella" in with_, with_
+    assert "Zorblax" not in without, without
+
+
 def test_several_clients_at_once_and_describe_meanwhile(servers, model):
     async def one(clip):
         async with AsyncTcpClient("127.0.0.1", servers["main"].port) as c:
