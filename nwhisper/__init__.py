@@ -24,8 +24,14 @@ __all__ = ["load", "WhisperModel", "Segment", "Word", "TranscriptionInfo", "Tran
 
 def __getattr__(name):
     """load and WhisperModel, imported on first use: the model and its kernels are not what a
-    command's --help or a server's parsers need."""
+    command's --help or a server's parsers need; __version__, the installed package's."""
     if name in ("load", "WhisperModel"):
         from . import api
         return getattr(api, name)
+    if name == "__version__":
+        import importlib.metadata
+        try:
+            return importlib.metadata.version("nwhisper")
+        except importlib.metadata.PackageNotFoundError:
+            return "unknown"
     raise AttributeError(f"module 'nwhisper' has no attribute {name!r}")

@@ -1,6 +1,7 @@
 """Audio in: a file, bytes or a file object → 16 kHz mono float32 samples.
 
     load_audio("talk.flac")             # decode, average the channels, resample to 16 kHz
+    load_channels("call.wav")           # the same, one array per channel
     Recording("talk.m4a").pieces()      # the same in pieces, decoded again at each call
     resample(x, 44100)                  # band-limited rational resampling of a 1-D signal
     StreamResampler(48000).feed(piece)  # the same, for a signal that arrives in pieces
@@ -63,6 +64,22 @@ def load_audio(source, sr=SAMPLE_RATE):
     """
     hint, pieces = Recording(source, sr).decode()
     return _gather(pieces, hint)
+
+
+def load_channels(source, sr=SAMPLE_RATE):
+    """Decode `source` to one float32 array per channel at `sr` Hz (load_audio's checks and
+    errors; each channel as load_audio would give it alone, to float32 rounding)."""
+    name, data = _open(source)
+    rate, blocks, _ = decode_blocks(name, data, mix=False)
+    if not MIN_RATE <= rate <= MAX_RATE:
+        raise AudioError(name, f"sample rate {rate} Hz is outside the supported {MIN_RATE}–{MAX_RATE} Hz")
+    x = np.concatenate(list(blocks))
+    if not len(x):
+        raise AudioError(name, "holds no audio samples")
+    if not np.isfinite(x).all():
+        raise AudioError(name, "holds non-finite samples (NaN or infinity)")
+    return [resample(x[:, c], rate, sr) if rate != sr else np.ascontiguousarray(x[:, c])
+            for c in range(x.shape[1])]
 
 
 class Recording:
@@ -157,9 +174,10 @@ def _gather(blocks, hint):
     return out[:n] if len(out) - n <= len(out) // 10 else out[:n].copy()   # a little slack: no copy
 
 
-def decode_blocks(name, data):
+def decode_blocks(name, data, mix=True):
     """(sample rate, iterator of mono float32 blocks, the sample count its header declares or 0)
-    of a file that _open made readable: libsndfile's formats by soundfile, the rest by PyAV."""
+    of a file that _open made readable: libsndfile's formats by soundfile, the rest by PyAV.
+    mix=False: the blocks are (frames, channels), the channels kept apart."""
     check_wav_length(data, name)
     try:
         f = sf.SoundFile(data)
@@ -170,12 +188,12 @@ def decode_blocks(name, data):
     except (sf.SoundFileError, RuntimeError) as e:
         if _libsndfile_claims(data):
             raise AudioError(name, f"cannot decode audio: {_one_line(e)}") from None
-        return container.decode(name, data, tried=f"libsndfile: {_one_line(e)}")
+        return container.decode(name, data, tried=f"libsndfile: {_one_line(e)}", mix=mix)
     declared = f.frames if 0 < f.frames < 1 << 62 else 0
-    return f.samplerate, _sf_blocks(name, f), declared
+    return f.samplerate, _sf_blocks(name, f, mix), declared
 
 
-def _sf_blocks(name, f):
+def _sf_blocks(name, f, mix=True):
     # Read in blocks rather than trusting the header's frame count for one allocation: a
     # damaged header may claim far more frames than the file holds.
     try:
@@ -187,15 +205,20 @@ def _sf_blocks(name, f):
                 n += len(x)
                 if len(x) < block:
                     break
-                yield x[:, 0] if channels == 1 else x.mean(axis=1, dtype=np.float32)
+                yield _mixed(x) if mix else x
             # an MP3's or FLAC's header says how long it is: a cut-off copy decodes short
             if 0 < declared < 1 << 62 and (declared - n) / f.samplerate > max(0.5, 0.05 * declared / f.samplerate):
                 raise AudioError(name, f"truncated: its header declares {declared / f.samplerate:.2f} s "
                                        f"of audio but only {n / f.samplerate:.2f} s decode")
             if len(x):
-                yield x[:, 0] if channels == 1 else x.mean(axis=1, dtype=np.float32)
+                yield _mixed(x) if mix else x
     except (sf.SoundFileError, RuntimeError) as e:
         raise AudioError(name, f"cannot decode audio: {_one_line(e)}") from None
+
+
+def _mixed(x):
+    """(frames, channels) → their average, as Whisper hears a recording."""
+    return x[:, 0] if x.shape[1] == 1 else x.mean(axis=1, dtype=np.float32)
 
 
 # the magic numbers of libsndfile's own containers: a broken one gets libsndfile's reason

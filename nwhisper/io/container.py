@@ -19,11 +19,12 @@ import numpy as np
 from .errors import AudioError
 
 
-def decode(name, source, block=1 << 20, tried=None):
+def decode(name, source, block=1 << 20, tried=None, mix=True):
     """(sample rate, iterator of mono float32 blocks of about `block` samples, the sample count
     the container declares or 0) of `source`'s first audio stream; `source` is a path or a
     seekable binary file object. `tried`: why another
-    decoder refused it, said beside FFmpeg's reason when FFmpeg refuses it too."""
+    decoder refused it, said beside FFmpeg's reason when FFmpeg refuses it too. mix=False:
+    blocks of (frames, channels), the channels kept apart."""
     import av
 
     try:
@@ -45,10 +46,10 @@ def decode(name, source, block=1 << 20, tried=None):
         container.close()
         raise
     declared = _declared_s(container, stream)
-    return rate, _blocks(name, container, stream, rate, block), int(declared * rate) if declared else 0
+    return rate, _blocks(name, container, stream, rate, block, mix), int(declared * rate) if declared else 0
 
 
-def _blocks(name, container, stream, rate, block):
+def _blocks(name, container, stream, rate, block, mix):
     import av
 
     resampler = av.AudioResampler(format="fltp", rate=rate)     # keeps the layout
@@ -57,7 +58,7 @@ def _blocks(name, container, stream, rate, block):
         for packet in container.demux(stream):
             for frame in _frames(name, packet):
                 for converted in resampler.resample(frame):
-                    x = _mono(converted)
+                    x = _mono(converted) if mix else _apart(converted)
                     pending.append(x)
                     n += len(x)
                     total += len(x)
@@ -65,7 +66,7 @@ def _blocks(name, container, stream, rate, block):
                 yield np.concatenate(pending)
                 pending, n = [], 0
         for converted in resampler.resample(None):        # what the resampler still holds
-            pending.append(_mono(converted))
+            pending.append(_mono(converted) if mix else _apart(converted))
             total += len(pending[-1])
         declared = _declared_s(container, stream)
         if declared is not None and total / rate < declared - max(TRUNCATED_S, 0.05 * declared):
@@ -83,6 +84,11 @@ def _mono(frame):
     """A planar float32 frame's channels averaged (as load_audio does for every format)."""
     x = frame.to_ndarray()
     return np.ascontiguousarray(x[0] if len(x) == 1 else x.mean(axis=0, dtype=np.float32), np.float32)
+
+
+def _apart(frame):
+    """A planar float32 frame as (frames, channels)."""
+    return np.ascontiguousarray(frame.to_ndarray().T, np.float32)
 
 
 TRUNCATED_S = 0.5           # decoders' priming and padding move a length by far less than this

@@ -1,6 +1,6 @@
-"""`nwhisper serve`: a transcription service on Tornado — whisper.cpp's and OpenAI's HTTP APIs, and
-live audio over WebSockets (the seed protocol and OpenAI Realtime), on one port; Home Assistant's
-Wyoming protocol on a socket of its own. The live dialects are adapters over nwhisper.stream.
+"""`nwhisper serve`: a transcription service on Tornado — whisper.cpp's, OpenAI's and Deepgram's
+HTTP APIs, and live audio over WebSockets (the seed protocol and OpenAI Realtime), on one port;
+Home Assistant's Wyoming protocol on a socket of its own. The live dialects are adapters over nwhisper.stream.
 
 The model loads once, before the port opens; a request pays only for its own audio.
 
@@ -14,6 +14,7 @@ The model loads once, before the port opens; a request pays only for its own aud
     stream.py           the live WebSocket at / and /stream; protocol.py, its frames
     realtime.py         OpenAI Realtime transcription sessions; realtime_events.py, their events
     wyoming.py          Wyoming speech-to-text (Home Assistant); wyoming_events.py, its frames
+    deepgram.py         Deepgram's POST /v1/listen; deepgram_fields.py, its parameters and answers
     client.py           a client of the live stream (`nwhisper stream`)
     auth.py, tls.py     the token; a self-signed certificate or your PEMs
     static/             the test page served at /

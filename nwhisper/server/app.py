@@ -13,6 +13,7 @@ Routes (token-protected unless marked open):
     GET  /v1/models                 the one model this server holds, as OpenAI lists models
     GET  / and /stream (WebSocket)  live audio in, utterances out (stream.py)
     GET  /v1/realtime (WebSocket)   OpenAI's Realtime transcription sessions (realtime.py)
+    POST /v1/listen                 Deepgram's pre-recorded transcription (deepgram.py)
 
 A transcription request's pipeline is in transcription.py. Every refusal is a 4xx (or 503 when
 full) with {"error": "<what was wrong>"} — on the /v1/ routes OpenAI's error object (handlers.py);
@@ -34,7 +35,7 @@ from tornado import httpserver, netutil, web
 
 from ..io.registry import DEFAULT_MODEL
 from ..records import TranscribeOptions
-from . import auth, realtime, stream, wyoming
+from . import auth, deepgram, realtime, stream, wyoming
 from .model_host import ModelHost
 from .limits import Slots
 from .handlers import JsonHandler, NotFound
@@ -164,6 +165,7 @@ def make_app(ctx):
         (r"/v1/models", ModelsHandler, k),
         *stream.routes(ctx),
         *realtime.routes(ctx),
+        *deepgram.routes(ctx),
         (r"/static/(.+)", PageHandler, {"path": STATIC}),
     ]
     return web.Application(routes, default_handler_class=NotFound, default_handler_args=k,

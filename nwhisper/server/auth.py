@@ -1,5 +1,6 @@
-"""Access control: one shared token, presented as `Authorization: Bearer T` or `?token=T` (or, by a
-browser's WebSocket, which cannot set headers, as the subprotocol `openai-insecure-api-key.T`).
+"""Access control: one shared token, presented as `Authorization: Bearer T` (or `Token T`, as
+Deepgram's clients send it) or `?token=T` (or, by a browser's WebSocket, which cannot set headers,
+as the subprotocol `openai-insecure-api-key.T` or Deepgram's `token, T`).
 
     problem(request, token)    → None when the request may proceed, else the 401 message
     is_loopback("0.0.0.0")     → False: the bind that deserves a warning when there is no token
@@ -22,15 +23,17 @@ def presented(request):
     """The token the request carries, or None."""
     header = request.headers.get("Authorization", "")
     scheme, _, value = header.partition(" ")
-    if scheme.lower() == "bearer" and value.strip():
+    if scheme.lower() in ("bearer", "token") and value.strip():     # Token: Deepgram's clients
         return value.strip()
     values = request.query_arguments.get("token")
     if values:
         return values[-1].decode("utf-8", "replace")
-    for offered in request.headers.get("Sec-WebSocket-Protocol", "").split(","):
-        offered = offered.strip()
-        if offered.startswith(SUBPROTOCOL_KEY) and len(offered) > len(SUBPROTOCOL_KEY):
-            return offered[len(SUBPROTOCOL_KEY):]
+    offered = [p.strip() for p in request.headers.get("Sec-WebSocket-Protocol", "").split(",")]
+    for p in offered:
+        if p.startswith(SUBPROTOCOL_KEY) and len(p) > len(SUBPROTOCOL_KEY):
+            return p[len(SUBPROTOCOL_KEY):]
+    if len(offered) == 2 and offered[0].lower() == "token" and offered[1]:
+        return offered[1]                    # Deepgram's browser form: "token, KEY"
     return None
 
 

@@ -35,11 +35,12 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import importlib.metadata
 import logging
 import os
 import socket
 import time
+
+import nwhisper
 
 from ..abilities import Unsupported
 from ..stream.live import LiveStream
@@ -117,19 +118,12 @@ class WyomingService:
                  "installed": True, "description": f"Whisper {host.name} ({host.compute_type})",
                  "version": None, "languages": list(a.languages) if a.multilingual else ["en"]}
         program = {"name": "nwhisper", "attribution": attribution, "installed": True,
-                   "description": "Whisper on Numba kernels, streaming", "version": _version(),
+                   "description": "Whisper on Numba kernels, streaming", "version": nwhisper.__version__,
                    "models": [model], "supports_transcript_streaming": True,
                    "requires_external_vad": not self.own_vad,
                    "prefers_auto_gain_enabled": True, "prefers_noise_reduction_enabled": False}
         return {"asr": [program], "tts": [], "handle": [], "intent": [], "wake": [], "mic": [],
                 "snd": []}
-
-
-def _version():
-    try:
-        return importlib.metadata.version("nwhisper")
-    except importlib.metadata.PackageNotFoundError:
-        return None
 
 
 class Connection:

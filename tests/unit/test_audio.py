@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from nwhisper.io import audio
-from nwhisper.io.audio import AudioError, load_audio, pcm16_to_float32, resample
+from nwhisper.io.audio import AudioError, load_audio, load_channels, pcm16_to_float32, resample
 
 FIXTURES = Path(paths.FIXTURES)
 
@@ -371,3 +371,22 @@ def test_cli_names_a_missing_or_cut_file_without_a_traceback(tmp_path):
                             "transcribe", str(path)],
                            capture_output=True, text=True, timeout=300)
         assert r.returncode != 0 and says in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+def test_load_channels_keeps_the_channels_apart(tmp_path):
+    """Each channel as load_audio reads a mono file of it (to float32 rounding), and their mean
+    is load_audio's mix; through libsndfile (WAV at 44.1 kHz, resampled) and PyAV (m4a)."""
+    rng = np.random.default_rng(7)
+    x = (rng.standard_normal((44100, 3)) * 0.1).astype(np.float32)
+    sf.write(tmp_path / "three.wav", x, 44100, subtype="FLOAT")
+    chans = load_channels(tmp_path / "three.wav")
+    assert len(chans) == 3
+    for c in range(3):
+        sf.write(tmp_path / f"c{c}.wav", x[:, c], 44100, subtype="FLOAT")
+        assert np.abs(chans[c] - load_audio(tmp_path / f"c{c}.wav")).max() < 1e-6
+    assert np.abs(np.mean(chans, axis=0) - load_audio(tmp_path / "three.wav")).max() < 1e-6
+    m4a = paths.fixture("containers", "speech.m4a")
+    (one,) = load_channels(m4a)
+    assert np.array_equal(one, load_audio(m4a))
+    with pytest.raises(AudioError, match="cannot decode"):
+        load_channels(b"not audio at all" * 10)

@@ -194,6 +194,10 @@ def test_token_sources_and_loopback():
     assert auth.problem(req(Authorization="Basic t"), "t").startswith("missing token")
     assert auth.problem(req("/x?token=t"), "t") is None
     assert auth.problem(req("/x?token=tt"), "t") == "wrong token"
+    assert auth.problem(req(Authorization="Token t"), "t") is None          # Deepgram's SDK
+    assert auth.problem(req(**{"Sec-WebSocket-Protocol": "token, t"}), "t") is None   # its browsers
+    assert auth.problem(req(**{"Sec-WebSocket-Protocol": "openai-insecure-api-key.t"}), "t") is None
+    assert auth.problem(req(**{"Sec-WebSocket-Protocol": "token"}), "t").startswith("missing token")
     assert auth.is_loopback("127.0.0.1") and auth.is_loopback("::1") and auth.is_loopback("localhost")
     assert not auth.is_loopback("0.0.0.0") and not auth.is_loopback("192.168.1.5")
 

@@ -1,0 +1,241 @@
+"""Deepgram's speech-to-text API as its SDK speaks it: the query parameters of /v1/listen, what
+each is checked for, and the response bodies. Pure functions, no I/O: the route (deepgram.py)
+and the fuzz tests call them alike.
+
+    ask = listen_params(request.query_arguments)     # DeepgramError (400) naming a bad one
+    body = prerecorded(channels, ask, ...)           # {"metadata": …, "results": …}
+
+| parameter | here |
+| --- | --- |
+| language | the language (a region suffix is read: en-US is en); `multi` or none: detected on multilingual models |
+| detect_language | detect it, and say so in `results.channels[].detected_language` |
+| punctuate, smart_format | the transcript as Whisper writes it (cased, punctuated) and `punctuated_word`; without them, lower-case words as Deepgram gives |
+| utterances, utt_split | `results.utterances[]`, a new one at a pause of utt_split s (0.8) |
+| keywords, keyterm | hotwords for the model (`word:boost`'s boost is dropped) |
+| multichannel | every channel transcribed on its own (`results.channels[i]`); else the channels are mixed |
+| encoding, sample_rate, channels | for a body of raw audio: linear16, linear32, mulaw, alaw |
+| model | reported back (`model_info.name`); the model this server holds answers |
+| tag, extra, version, mip_opt_out, profanity_filter, numerals, filler_words, dictation, measurements, language_hint, tier | accepted (they change nothing here) |
+| redact, replace, search, diarize, summarize, topics, intents, sentiment, detect_entities, paragraphs, callback … | refused with a 400 naming them: they would change the answer, and this server does not do them |
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import math
+import re
+import uuid
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..io.g711 import alaw_decode, ulaw_decode
+
+REFUSED = ("redact", "replace", "search", "diarize", "diarize_model", "summarize", "topics",
+           "custom_topic", "custom_topic_mode", "intents", "custom_intent", "custom_intent_mode",
+           "sentiment", "detect_entities", "paragraphs", "callback", "callback_method", "utt_split_ms")
+ACCEPTED = ("tag", "extra", "version", "mip_opt_out", "profanity_filter", "numerals",
+            "filler_words", "dictation", "measurements", "language_hint", "tier")
+RAW_ENCODINGS = {"linear16": 2, "linear32": 4, "mulaw": 1, "alaw": 1}
+MAX_TERMS = 500
+UTT_SPLIT_S = 0.8                  # Deepgram's default pause between utterances
+
+
+class DeepgramError(ValueError):
+    """A request Deepgram would refuse: its status and err_code."""
+
+    def __init__(self, message, status=400, code="Bad Request"):
+        super().__init__(message)
+        self.status, self.code = status, code
+
+
+@dataclass(frozen=True)
+class ListenAsk:
+    language: str | None = None       # None: detect (or the server's default)
+    detect_language: bool = False
+    punctuate: bool = False
+    utterances: bool = False
+    utt_split: float = UTT_SPLIT_S
+    hotwords: str | None = None
+    multichannel: bool = False
+    model: str | None = None
+    encoding: str | None = None       # raw audio bodies
+    sample_rate: int | None = None
+    channels: int = 1
+
+
+def _one(args, name):
+    values = args.get(name) or []
+    return values[-1].decode("utf-8", "replace") if values else None
+
+
+def _bool(args, name):
+    v = _one(args, name)
+    if v is None:
+        return False
+    if v.lower() in ("true", "1", "yes"):
+        return True
+    if v.lower() in ("false", "0", "no", ""):
+        return False
+    raise DeepgramError(f"{name} takes true or false, not {v[:40]!r}")
+
+
+def _number(args, name, lo, hi, whole=False):
+    v = _one(args, name)
+    if v is None:
+        return None
+    try:
+        x = float(v)
+    except ValueError:
+        raise DeepgramError(f"{name} takes a number, not {v[:40]!r}") from None
+    if not (math.isfinite(x) and lo <= x <= hi) or (whole and x != int(x)):
+        raise DeepgramError(f"{name} must be a{' whole' if whole else ''} number in {lo}..{hi}, not {v[:40]!r}")
+    return int(x) if whole else x
+
+
+def listen_params(args):
+    """The query of a /v1/listen request (`args`: name → [bytes], as Tornado parses it)."""
+    refused = sorted(n for n in args if n in REFUSED)
+    if refused:
+        raise DeepgramError(f"this server does not do {', '.join(refused)}: these would change "
+                            f"the answer and are not implemented here; send the request without them")
+    language = _one(args, "language")
+    if language is not None:
+        language = language.strip().lower() or None
+        if language in ("multi", "auto"):
+            language = None
+        elif language is not None and not re.fullmatch(r"[a-z]{2,3}([-_][a-z0-9]{2,8})*", language):
+            raise DeepgramError(f"language takes a code such as en or en-US, not {language[:40]!r}")
+    terms = []
+    for name in ("keywords", "keyterm"):
+        for raw in args.get(name) or []:
+            t = raw.decode("utf-8", "replace").strip()
+            if name == "keywords":
+                t = re.sub(r":-?[0-9.]+$", "", t).strip()      # word:boost → word
+            if t:
+                terms.append(t)
+    if len(terms) > MAX_TERMS:
+        raise DeepgramError(f"{len(terms)} keywords and keyterms, more than {MAX_TERMS}")
+    encoding = _one(args, "encoding")
+    if encoding is not None and encoding not in RAW_ENCODINGS:
+        raise DeepgramError(f"encoding {encoding[:40]!r} is not one this server reads for raw "
+                            f"audio ({', '.join(RAW_ENCODINGS)}); a file with a header (WAV, FLAC, "
+                            f"MP3, M4A, WebM, Ogg …) needs no encoding")
+    rate = _number(args, "sample_rate", 8000, 192000, whole=True)
+    if encoding is not None and rate is None:
+        raise DeepgramError(f"encoding={encoding} is raw audio: give its sample_rate too")
+    return ListenAsk(
+        language=language, detect_language=_bool(args, "detect_language"),
+        punctuate=_bool(args, "punctuate") or _bool(args, "smart_format"),
+        utterances=_bool(args, "utterances"),
+        utt_split=_number(args, "utt_split", 0.0, 60.0) or UTT_SPLIT_S,
+        hotwords=", ".join(dict.fromkeys(terms)) or None, multichannel=_bool(args, "multichannel"),
+        model=_one(args, "model"), encoding=encoding, sample_rate=rate,
+        channels=_number(args, "channels", 1, 32, whole=True) or 1)
+
+
+def raw_channels(body, ask):
+    """A raw-audio body (ask.encoding) → float32 arrays, one per channel, at ask.sample_rate."""
+    width = RAW_ENCODINGS[ask.encoding]
+    frame = width * ask.channels
+    if not body or len(body) % frame:
+        raise DeepgramError(f"{len(body)} bytes of {ask.encoding} is not a whole number of "
+                            f"{ask.channels}-channel samples")
+    if ask.encoding == "mulaw":
+        x = ulaw_decode(body)
+    elif ask.encoding == "alaw":
+        x = alaw_decode(body)
+    else:
+        kind = "<i2" if width == 2 else "<i4"
+        x = np.frombuffer(body, kind).astype(np.float32) / np.float32(2.0 ** (8 * width - 1))
+    x = np.asarray(x, np.float32).reshape(-1, ask.channels)
+    return [np.ascontiguousarray(x[:, c]) for c in range(ask.channels)]
+
+
+# -- the response ---------------------------------------------------------------------------------
+
+
+def plain(word):
+    """Deepgram's `word`: lower case, without the punctuation around it."""
+    return re.sub(r"^[^\w']+|[^\w']+$", "", word.strip().lower())
+
+
+def words_of(segments, ask, speaker=None):
+    out = []
+    for s in segments:
+        for w in s.words or []:
+            bare = plain(w.word)
+            if not bare:
+                continue                           # a lone mark: no word of its own
+            d = {"word": bare, "start": round(w.start, 3), "end": round(w.end, 3),
+                 "confidence": round(float(w.probability), 4)}
+            if ask.punctuate:
+                d["punctuated_word"] = w.word.strip()
+            out.append(d)
+    return out
+
+
+def _text(words, punctuate):
+    return " ".join(w["punctuated_word" if punctuate else "word"] for w in words)
+
+
+def _confidence(words):
+    return round(float(np.mean([w["confidence"] for w in words])), 4) if words else 0.0
+
+
+def alternative(segments, ask):
+    words = words_of(segments, ask)
+    transcript = "".join(s.text for s in segments).strip() if ask.punctuate else _text(words, False)
+    return {"transcript": transcript, "confidence": _confidence(words), "words": words}
+
+
+def utterances(words, channel, ask):
+    """The words cut at pauses of ask.utt_split s or more."""
+    groups, out = [], []
+    for w in words:
+        if groups and w["start"] - groups[-1][-1]["end"] < ask.utt_split:
+            groups[-1].append(w)
+        else:
+            groups.append([w])
+    for g in groups:
+        out.append({"start": g[0]["start"], "end": g[-1]["end"], "confidence": _confidence(g),
+                    "channel": channel, "transcript": _text(g, ask.punctuate), "words": g,
+                    "id": str(uuid.uuid4())})
+    return out
+
+
+def model_info(ask, host_name, version):
+    """(the model's uuid, model_info entry): a uuid fixed by the model's name."""
+    uid = str(uuid.uuid5(uuid.NAMESPACE_URL, f"nwhisper/{host_name}"))
+    return uid, {"name": ask.model or host_name, "version": version or "nwhisper",
+                 "arch": f"whisper-{host_name}"}
+
+
+def prerecorded(results, ask, body, duration, host_name, version, request_id):
+    """The response to a pre-recorded request: `results` is [(segments, info)] per channel."""
+    uid, info = model_info(ask, host_name, version)
+    channels, utts = [], []
+    for i, (segments, tinfo) in enumerate(results):
+        alt = alternative(segments, ask)
+        ch = {"alternatives": [alt]}
+        if ask.detect_language or ask.language is None:
+            ch["detected_language"] = tinfo.language
+            ch["language_confidence"] = round(float(tinfo.language_probability), 4)
+        channels.append(ch)
+        if ask.utterances:
+            utts += utterances(alt["words"], i, ask)
+    out = {"metadata": {"transaction_key": "deprecated", "request_id": request_id,
+                        "sha256": hashlib.sha256(body).hexdigest(),
+                        "created": datetime.datetime.now(datetime.timezone.utc)
+                                           .isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+                        "duration": round(duration, 3), "channels": len(results),
+                        "models": [uid], "model_info": {uid: info}},
+           "results": {"channels": channels}}
+    if ask.utterances:
+        out["results"]["utterances"] = sorted(utts, key=lambda u: (u["start"], u["channel"]))
+    return out
+
+
+def error_body(e, request_id):
+    return {"err_code": e.code, "err_msg": str(e), "request_id": request_id}
