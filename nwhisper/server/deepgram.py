@@ -1,4 +1,5 @@
-"""Deepgram's speech-to-text API, for apps written against its SDK: `POST /v1/listen`.
+"""Deepgram's speech-to-text API, for apps written against its SDK: `POST /v1/listen` (a
+recording) and `GET /v1/listen` upgraded to a WebSocket (live audio).
 
     client = DeepgramClient(api_key=TOKEN, environment=DeepgramClientEnvironment(
         base="http://HOST:6543", production="ws://HOST:6543", agent="", agent_rest=""))
@@ -16,22 +17,39 @@ request_id}, with the status it would give.
 
 The request pipeline (the token, the size limit, a connection slot before the body is read, the
 model's queue) is the other transcription routes' (transcription.TranscribeHandler).
+
+Live, over the stream room's LiveStream (the endpointer, speculative finals, drafts), as the
+other live dialects: binary frames of raw audio (`encoding` linear16/linear32/mulaw/alaw,
+`sample_rate`, `channels` mixed) in; out, `Results` — drafts with is_final false
+(interim_results), each utterance's final with is_final and speech_final true, words with times
+and confidences — `SpeechStarted` (vad_events), `UtteranceEnd` (utterance_end_ms of audio past
+the last word). Client messages: `KeepAlive`; `Finalize` (the open utterance's final now, with
+from_finalize true; the connection stays); `CloseStream` (every final, then `Metadata`, then a
+1000 close); `Configure` {keyterms} (hotwords from the next utterance on). A bad frame or
+message gets an `Error` {variant, description, message} and the stream goes on; bad query
+parameters are refused at the handshake with a 400.
 """
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
+import hashlib
 import json
 import logging
 import uuid
 
-from tornado import ioloop, web
+from tornado import ioloop, routing, web
 
 import nwhisper
 
 from ..abilities import Unsupported, options
 from ..io.audio import SAMPLE_RATE, AudioError, load_audio, load_channels, resample
 from ..stream.door import Abandoned
-from .deepgram_fields import DeepgramError, error_body, listen_params, prerecorded, raw_channels
+from ..stream.settings import StreamSettings
+from .deepgram_fields import (DeepgramError, error_body, listen_params, live_metadata, live_params,
+                              live_results, model_info, prerecorded, raw_channels)
+from .stream import StreamHandler
 from .transcription import TranscribeHandler
 
 log = logging.getLogger("nwhisper.server")
@@ -134,5 +152,151 @@ def _transcribe(model, samples, opts):          # on the model's worker thread
     return list(segments), info
 
 
+class LiveHandler(StreamHandler):
+    """GET /v1/listen as a WebSocket: Deepgram's live transcription."""
+
+    async def get(self, *args, **kwargs):
+        self.rid = str(uuid.uuid4())
+        self.set_header("dg-request-id", self.rid)
+        try:
+            self.ask = live_params(self.request.query_arguments)
+            self.check_language(self.ask.listen.language, DeepgramError)
+        except DeepgramError as e:
+            return self.refuse(400, str(e))
+        await super().get(*args, **kwargs)
+
+    def refuse(self, status, message):
+        self.set_status(status)
+        self.set_header("Content-Type", "application/json")
+        e = DeepgramError(message, status, ERROR_CODES.get(status, "Bad Request"))
+        self.finish(json.dumps(error_body(e, getattr(self, "rid", "")), ensure_ascii=False))
+
+    def select_subprotocol(self, subprotocols):
+        return "token" if "token" in subprotocols else None    # the browser form of the key
+
+    def started(self):
+        a, listen = self.ask, self.ask.listen
+        self.model = model_info(listen, self.ctx.host.name, nwhisper.__version__)
+        self.fed = 0                              # samples received, at the stream's rate
+        self.digest = hashlib.sha256()
+        self.finalizing = set()                   # segs closed by Finalize
+        self.last_word_end = None                 # an UtteranceEnd may be owed after this word
+        self.last_start = None                    # where the latest utterance began (s)
+        self.closing = False
+        settings = StreamSettings(rate=listen.sample_rate, lang=listen.language,
+                                  partials=a.interim, pause_ms=a.pause_ms, events=True,
+                                  hotwords=listen.hotwords)
+        self.live = self.live_stream(settings, send=self._from_stream, words=True)
+
+    # -- in -----------------------------------------------------------------------------------
+
+    def on_message(self, message):
+        if self.live is None or self.live.closed or self.closing:
+            return
+        if isinstance(message, bytes):
+            return self._audio(message)
+        try:
+            msg = json.loads(message)
+            kind = msg.get("type") if isinstance(msg, dict) else None
+        except ValueError:
+            kind = None
+        if kind == "KeepAlive":
+            return
+        if kind == "Finalize":
+            if self.live.open_seg is not None:
+                self.finalizing.add(self.live.open_seg)
+            return self.live.end()
+        if kind == "CloseStream":
+            self.closing = True
+            return asyncio.ensure_future(self._close_stream())
+        if kind == "Configure":
+            return self._configure(msg)
+        self._error("INVALID_MESSAGE", f"a text message must be JSON with a type: KeepAlive, "
+                                       f"Finalize, CloseStream or Configure, not {message[:80]!r}")
+
+    def _audio(self, frame):
+        listen = self.ask.listen
+        try:
+            xs = raw_channels(frame, listen)
+        except DeepgramError as e:
+            return self._error("INVALID_AUDIO", str(e))
+        x = xs[0] if len(xs) == 1 else sum(xs) / len(xs)
+        self.digest.update(frame)
+        self.fed += len(x)
+        self.live.feed(x)
+        self._utterance_end()
+
+    def _configure(self, msg):
+        terms = msg.get("keyterms", [])
+        if not isinstance(terms, list) or not all(isinstance(t, str) for t in terms):
+            return self._send({"type": "ConfigureFailure", "request_id": self.rid,
+                               "code": "INVALID_CONFIGURE", "description": "keyterms must be a list of strings"})
+        hot = ", ".join(dict.fromkeys(t.strip() for t in terms if t.strip())) or None
+        live = self.live
+        live.configure(dataclasses.replace(live.settings, hotwords=hot))
+        self._send({"type": "ConfigureSuccess", "request_id": self.rid, "keyterms": terms})
+
+    async def _close_stream(self):
+        """Every utterance's final, then the Metadata, then the close."""
+        self.live.end()
+        await self.live.settled()
+        self._send(live_metadata(self.rid, self.digest.hexdigest(),
+                                 self.fed / self.ask.listen.sample_rate, self.model))
+        self.close(1000)
+
+    # -- out ----------------------------------------------------------------------------------
+
+    def _from_stream(self, m):
+        kind = m.get("type")
+        listen = self.ask.listen
+        if kind == "start":
+            self.last_start = m["t0"]
+            if self.ask.vad_events:
+                self._send({"type": "SpeechStarted", "channel": [0, 1], "timestamp": round(m["t0"], 3)})
+            self._utterance_end(m["t0"])
+        elif kind == "partial":
+            self._send(live_results(m, listen, self.rid, self.model, final=False))
+        elif kind == "final":
+            finalize = m["seg"] in self.finalizing
+            self.finalizing.discard(m["seg"])
+            self._send(live_results(m, listen, self.rid, self.model, final=True,
+                                    speech_final=m.get("reason") == "pause", from_finalize=finalize))
+            if m.get("words"):
+                self.last_word_end = m["words"][-1][1]
+                if self.last_start is not None and self.last_start > self.last_word_end:
+                    self._utterance_end(self.last_start)     # the next voice began already
+        elif "error" in m:
+            self._error("TRANSCRIPTION_FAILED", m["error"])
+
+    def _utterance_end(self, voice_at=None):
+        """UtteranceEnd when utterance_end_ms of audio passed the last word before the next voice
+        (`voice_at`: where it began; None: none yet, the audio so far counts)."""
+        ms = self.ask.utterance_end_ms
+        if ms is None or self.last_word_end is None:
+            return
+        until = self.fed / self.ask.listen.sample_rate if voice_at is None else voice_at
+        if until >= self.last_word_end + ms / 1000:
+            self._send({"type": "UtteranceEnd", "channel": [0, 1], "last_word_end": self.last_word_end})
+            self.last_word_end = None
+        elif voice_at is not None:
+            self.last_word_end = None             # the voice came back sooner: no end here
+
+    def _error(self, variant, message):
+        self._send({"type": "Error", "variant": variant, "description": message, "message": message})
+
+
+class _Method(routing.PathMatches):
+    """A path for some methods only: /v1/listen is a WebSocket for GET, a recording for POST."""
+
+    def __init__(self, path, methods):
+        super().__init__(path)
+        self.methods = methods
+
+    def match(self, request):
+        return super().match(request) if request.method in self.methods else None
+
+
 def routes(ctx):
-    return [(r"/v1/listen", ListenHandler, {"ctx": ctx})]
+    k = {"ctx": ctx}
+    return [routing.Rule(_Method(r"/v1/listen", {"GET"}), LiveHandler, k),
+            (r"/v1/listen", ListenHandler, k)]

@@ -4,6 +4,7 @@ and the fuzz tests call them alike.
 
     ask = listen_params(request.query_arguments)     # DeepgramError (400) naming a bad one
     body = prerecorded(channels, ask, ...)           # {"metadata": …, "results": …}
+    live = live_params(request.query_arguments)      # a live connection's
 
 | parameter | here |
 | --- | --- |
@@ -15,6 +16,9 @@ and the fuzz tests call them alike.
 | multichannel | every channel transcribed on its own (`results.channels[i]`); else the channels are mixed |
 | encoding, sample_rate, channels | for a body of raw audio: linear16, linear32, mulaw, alaw |
 | model | reported back (`model_info.name`); the model this server holds answers |
+| interim_results (live) | drafts as Results with is_final false |
+| endpointing (live) | the closing pause in ms (at least 200); false or none: the pause learned from the speaker |
+| utterance_end_ms, vad_events (live) | UtteranceEnd after that much audio past the last word; SpeechStarted |
 | tag, extra, version, mip_opt_out, profanity_filter, numerals, filler_words, dictation, measurements, language_hint, tier | accepted (they change nothing here) |
 | redact, replace, search, diarize, summarize, topics, intents, sentiment, detect_entities, paragraphs, callback … | refused with a 400 naming them: they would change the answer, and this server does not do them |
 """
@@ -40,6 +44,7 @@ ACCEPTED = ("tag", "extra", "version", "mip_opt_out", "profanity_filter", "numer
 RAW_ENCODINGS = {"linear16": 2, "linear32": 4, "mulaw": 1, "alaw": 1}
 MAX_TERMS = 500
 UTT_SPLIT_S = 0.8                  # Deepgram's default pause between utterances
+MIN_ENDPOINTING_MS = 200           # a shorter pause is inside a word (Deepgram's default is 10)
 
 
 class DeepgramError(ValueError):
@@ -135,6 +140,33 @@ def listen_params(args):
         channels=_number(args, "channels", 1, 32, whole=True) or 1)
 
 
+@dataclass(frozen=True)
+class LiveAsk:
+    listen: ListenAsk
+    interim: bool = False
+    pause_ms: int | None = None           # endpointing: a fixed pause; None: the learned one
+    utterance_end_ms: int | None = None
+    vad_events: bool = False
+
+
+def live_params(args):
+    """The query of a live /v1/listen connection: the pre-recorded parameters (raw audio only:
+    encoding and sample_rate are needed) and the live ones."""
+    if _bool(args, "multichannel"):
+        raise DeepgramError("multichannel is pre-recorded only here: a live stream's channels are mixed")
+    ask = listen_params(args)
+    if ask.encoding is None:
+        raise DeepgramError(f"a live stream needs encoding ({', '.join(RAW_ENCODINGS)}) and "
+                            f"sample_rate: containerized audio is read by the pre-recorded route")
+    ep = _one(args, "endpointing")
+    pause = None
+    if ep is not None and ep.lower() != "false":
+        pause = max(MIN_ENDPOINTING_MS, _number(args, "endpointing", 0, 10000, whole=True))
+    return LiveAsk(ask, interim=_bool(args, "interim_results"), pause_ms=pause,
+                   utterance_end_ms=_number(args, "utterance_end_ms", 100, 60000, whole=True),
+                   vad_events=_bool(args, "vad_events"))
+
+
 def raw_channels(body, ask):
     """A raw-audio body (ask.encoding) → float32 arrays, one per channel, at ask.sample_rate."""
     width = RAW_ENCODINGS[ask.encoding]
@@ -227,14 +259,52 @@ def prerecorded(results, ask, body, duration, host_name, version, request_id):
             utts += utterances(alt["words"], i, ask)
     out = {"metadata": {"transaction_key": "deprecated", "request_id": request_id,
                         "sha256": hashlib.sha256(body).hexdigest(),
-                        "created": datetime.datetime.now(datetime.timezone.utc)
-                                           .isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+                        "created": _now(),
                         "duration": round(duration, 3), "channels": len(results),
                         "models": [uid], "model_info": {uid: info}},
            "results": {"channels": channels}}
     if ask.utterances:
         out["results"]["utterances"] = sorted(utts, key=lambda u: (u["start"], u["channel"]))
     return out
+
+
+def live_results(m, ask, request_id, model, final, speech_final=False, from_finalize=False):
+    """A live Results message from the stream's final or partial `m`; `model` is model_info's
+    (uuid, entry)."""
+    if final:
+        words = []
+        for a, b, w, p in m.get("words") or ():
+            if plain(w):
+                d = {"word": plain(w), "start": a, "end": b, "confidence": round(float(p), 4)}
+                if ask.punctuate:
+                    d["punctuated_word"] = w.strip()
+                words.append(d)
+        transcript = m["text"].strip() if ask.punctuate else _text(words, False)
+        confidence = _confidence(words)
+    else:
+        words = []
+        transcript = m["text"].strip() if ask.punctuate else " ".join(
+            filter(None, (plain(w) for w in m["text"].split())))
+        confidence = round(math.exp(min(0.0, m.get("logprob", 0.0))), 4)
+    uid, info = model
+    return {"type": "Results", "channel_index": [0, 1], "duration": round(m["t1"] - m["t0"], 3),
+            "start": round(m["t0"], 3), "is_final": final, "speech_final": speech_final,
+            "from_finalize": from_finalize,
+            "channel": {"alternatives": [{"transcript": transcript, "confidence": confidence,
+                                          "words": words}]},
+            "metadata": {"request_id": request_id, "model_info": info, "model_uuid": uid}}
+
+
+def live_metadata(request_id, sha256, duration, model):
+    uid, info = model
+    return {"type": "Metadata", "transaction_key": "deprecated", "request_id": request_id,
+            "sha256": sha256, "created": _now(), "duration": round(duration, 3), "channels": 1,
+            "models": [uid], "model_info": {uid: info}}
+
+
+def _now():
+    return (datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="milliseconds")
+            .replace("+00:00", "Z"))
 
 
 def error_body(e, request_id):

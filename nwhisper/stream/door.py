@@ -14,6 +14,7 @@ give way to anyone's final. A job dropped before it ran fails with Abandoned.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Protocol
 
 from ..records import Cancelled
@@ -37,16 +38,35 @@ class Door(Protocol):
 
 def final_job(audio, options, cancelled=None):
     """A FINAL job: transcribe `audio` (16 kHz) with `options` (TranscribeOptions); the result
-    is (text, seconds it took, language), or None when `cancelled()` said so (checked between
-    the encoder's layers and after them)."""
+    is a Heard, or None when `cancelled()` said so (checked between the encoder's layers and
+    after them)."""
     def run(model):             # on the model's thread
         t = time.perf_counter()
         try:
             segments, info = model.transcribe(audio, options, cancelled=cancelled)
-            text = text_of(segments)
+            segments = list(segments)
         except Cancelled:
             return None
-        return text, time.perf_counter() - t, info.language
+        words = [(w.start, w.end, w.word, w.probability) for s in segments for w in s.words or ()]
+        return Heard(text_of(segments), time.perf_counter() - t, info.language, words,
+                     mean_logprob(segments))
+    return run
+
+
+@dataclass(frozen=True)
+class Heard:
+    """What a job made of its audio."""
+
+    text: str
+    seconds: float               # how long it took
+    language: str
+    words: list                  # [(start, end, word, probability)] in the audio's own time,
+                                 # with word timestamps asked for; else empty
+    logprob: float               # the segments' mean avg_logprob (a confidence: exp of it)
+
+
+def mean_logprob(segments):
+    return sum(s.avg_logprob for s in segments) / len(segments) if segments else 0.0
     return run
 
 

@@ -56,7 +56,7 @@ from ..io.audio import SAMPLE_RATE, StreamResampler
 from ..records import TranscribeOptions
 from ..vad.endpointer import CHUNK_MS, End
 from ..vad.stream import VadStream, detector
-from .door import DRAFT, FINAL, Abandoned, final_job, seen, text_of
+from .door import DRAFT, FINAL, Abandoned, final_job, mean_logprob, seen, text_of
 
 log = logging.getLogger("nwhisper.stream")
 
@@ -111,8 +111,8 @@ class _Utterance:
 
 class LiveStream:
     def __init__(self, door, settings, send, language=None, max_tokens=TranscribeOptions.max_tokens,
-                 report_closes=False, turns=True):
-        self.door, self.send = door, send
+                 report_closes=False, turns=True, words=False):
+        self.door, self.send, self.words = door, send, words
         self.default_language, self.max_tokens = language, max_tokens
         self.report_closes, self.turns = report_closes, turns
         self.settings = None
@@ -347,13 +347,13 @@ class LiveStream:
     async def _deliver(self, e, u, job, previous, closed_at):
         """Send utterance e's final once its job is done, after the previous final."""
         text = "" if job is None else None       # a dropped utterance's final is empty
-        error = language = None
+        error = language = heard = None
         try:
             if job is not None:
-                result = await job
-                if result is None:           # cancelled within the encoder: the stream closed
+                heard = await job
+                if heard is None:            # cancelled within the encoder: the stream closed
                     raise Abandoned
-                text, seconds, language = result
+                text, language, seconds = heard.text, heard.language, heard.seconds
                 h = self.door
                 h.utterance_s = seconds if h.utterance_s is None else 0.8 * h.utterance_s + 0.2 * seconds
         except Abandoned:
@@ -370,10 +370,15 @@ class LiveStream:
         if error:
             self.send({"error": error, "seg": e.seg} if self.report_closes else {"error": error})
         elif text is not None and (text.strip() or u.drafted or self.report_closes):
-            self.send({"type": "final", "seg": e.seg, "text": text, "t0": e.t0, "t1": e.t1,
-                       "speech_t0": e.speech_t0, "speech_t1": e.speech_t1,
-                       "proc_ms": max(0, round((ready - closed_at) * 1000)),
-                       "language": language or self.language()})
+            final = {"type": "final", "seg": e.seg, "text": text, "t0": e.t0, "t1": e.t1,
+                     "speech_t0": e.speech_t0, "speech_t1": e.speech_t1,
+                     "proc_ms": max(0, round((ready - closed_at) * 1000)),
+                     "language": language or self.language(), "reason": e.reason}
+            if self.words:
+                final["words"] = [(round(e.t0 + a, 3), round(e.t0 + b, 3), w, p)
+                                  for a, b, w, p in (heard.words if heard else ())]
+                final["logprob"] = heard.logprob if heard else 0.0
+            self.send(final)
 
     # -- jobs -------------------------------------------------------------------------------
 
@@ -385,7 +390,8 @@ class LiveStream:
 
     def _model_options(self):
         return options(language=self.language(), max_tokens=self.max_tokens, initial_prompt=self.prompt,
-                       hotwords=self.settings.hotwords)
+                       hotwords=self.settings.hotwords, word_timestamps=self.words,
+                       timestamps=self.words or None)
 
     def _submit_draft(self):
         opts = self._model_options()
@@ -396,8 +402,10 @@ class LiveStream:
                 return None
             seg, t0, t1, audio = want
             ctx = draft_ctx(len(audio) / SAMPLE_RATE, model.dims.n_audio_ctx)
-            segments, _ = model.transcribe(audio, dataclasses.replace(opts, audio_ctx=ctx))
-            return want, text_of(segments)
+            segments, _ = model.transcribe(audio, dataclasses.replace(opts, audio_ctx=ctx,
+                                                                      word_timestamps=False))
+            segments = list(segments)
+            return want, text_of(segments), mean_logprob(segments)
 
         self._draft_job = self.door.submit(run, DRAFT)
         self._draft_job.add_done_callback(self._draft_done)
@@ -416,14 +424,14 @@ class LiveStream:
             self.send({"error": f"draft failed: {type(e).__name__}: {e}"})
             result = None
         if result is not None:
-            (seg, t0, t1, _), text = result
+            (seg, t0, t1, _), text, logprob = result
             u = self._utt.get(seg)
             ep = self.vad.endpointer
             if u is not None and ep.open and ep.seg == seg:
                 stable = stable_prefix(u.last_draft, text) if u.drafted else ""
                 u.drafted, u.last_draft = True, text
                 self.send({"type": "partial", "seg": seg, "text": text, "stable": stable,
-                           "t0": t0, "t1": t1, "pause_ms": int(ep.pause_ms)})
+                           "t0": t0, "t1": t1, "pause_ms": int(ep.pause_ms), "logprob": logprob})
             if self._draft_want is not None and self._draft_want[:3] == (seg, t0, t1):
                 self._draft_want = None
         if self._draft_want is not None:    # a newer draft came while this one ran

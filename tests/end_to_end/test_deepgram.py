@@ -196,3 +196,157 @@ def test_not_audio_wrong_key_and_huge_bodies(server, client):
     assert head.startswith("HTTP/1.1 413") and "PAYLOAD_TOO_LARGE" in head
     status, _, body = http(server.url + "/health")
     assert status == 200 and json.loads(body)["status"] == "ok"
+
+
+# -- live: WS /v1/listen --------------------------------------------------------------------------
+
+
+def scene(clips, gap_s=2.0, lead_s=0.5, tail_s=0.0):
+    parts = [np.zeros(int(lead_s * SR), np.float32)]
+    for c in clips:
+        parts += [audio(c), np.zeros(int(gap_s * SR), np.float32)]
+    parts[-1] = np.zeros(int(tail_s * SR), np.float32)
+    return np.concatenate(parts)
+
+
+def pcm16(x):
+    return (np.clip(x, -1, 1 - 2 ** -15) * 32768).astype("<i2").tobytes()
+
+
+def live(client, x, pace=2.0, then=("CloseStream",), **params):
+    """The SDK's live client: x streamed as linear16 in 100 ms frames at `pace` × real time, then
+    the control messages `then`; every message until the server closes, as dicts."""
+    import threading
+    import time
+
+    from deepgram.core.events import EventType
+
+    got = []
+    params = {"model": "nova-3", "encoding": "linear16", "sample_rate": SR, "channels": 1,
+              "punctuate": True, **params}
+    with client.listen.v1.connect(**params) as conn:
+        conn.on(EventType.MESSAGE, lambda m: got.append(m.model_dump() if hasattr(m, "model_dump") else m))
+        listener = threading.Thread(target=conn.start_listening, daemon=True)
+        listener.start()
+        t0, raw = time.monotonic(), pcm16(x)
+        for i, at in enumerate(range(0, len(raw), 3200)):
+            conn.send_media(raw[at:at + 3200])
+            time.sleep(max(0.0, t0 + (i + 1) * 0.1 / pace - time.monotonic()))
+        for message in then:
+            getattr(conn, {"Finalize": "send_finalize", "CloseStream": "send_close_stream",
+                           "KeepAlive": "send_keep_alive"}[message])()
+        listener.join(60)
+        assert not listener.is_alive(), "the server did not close after CloseStream"
+    return got
+
+
+def check_finals(model, x, got):
+    """Each final Results = `nwhisper transcribe --word-timestamps` of its span, words on the
+    recording's clock."""
+    finals = [m for m in got if m["type"] == "Results" and m["is_final"]]
+    for m in finals:
+        a, b = round(m["start"] * SR), round((m["start"] + m["duration"]) * SR)
+        segments, _ = ours(model, x[a:b])
+        alt = m["channel"]["alternatives"][0]
+        assert alt["transcript"] == "".join(s.text for s in segments).strip(), m
+        want = [w for s in segments for w in s.words if plain(w.word)]
+        assert [w["word"] for w in alt["words"]] == [plain(w.word) for w in want]
+        for got_w, w in zip(alt["words"], want):
+            assert abs(got_w["start"] - (m["start"] + w.start)) <= 0.1
+    return finals
+
+
+def test_live_finals_are_transcribe_of_their_spans(client, model):
+    x = scene(["cards/005.wav", "forever.wav"], tail_s=1.5)
+    got = live(client, x, interim_results=True, endpointing=500, utterance_end_ms=1000,
+               vad_events=True)
+    from deepgram.listen.v1.types import ListenV1Results
+
+    kinds = [m["type"] for m in got]
+    finals = check_finals(model, x, got)
+    assert len(finals) == 2 and all(m["speech_final"] and not m["from_finalize"] for m in finals)
+    assert "forever" in finals[1]["channel"]["alternatives"][0]["transcript"].lower()
+    first_final = kinds.index("Results") + [m.get("is_final") for m in got if m["type"] == "Results"].index(True)
+    assert any(m["type"] == "Results" and not m["is_final"] for m in got[:first_final + 1]), \
+        "no interim result while the first answer was spoken"
+    assert kinds.count("SpeechStarted") == 2 and kinds.count("UtteranceEnd") == 2
+    ends = [m for m in got if m["type"] == "UtteranceEnd"]
+    assert ends[-1]["last_word_end"] == finals[-1]["channel"]["alternatives"][0]["words"][-1]["end"]
+    assert kinds[-1] == "Metadata" and abs(got[-1]["duration"] - len(x) / SR) < 0.01
+    for m in got:
+        if m["type"] == "Results":
+            ListenV1Results.model_validate(m)                    # strictly, as the SDK's model
+
+
+def voice_only(x):
+    """x cut 0.1 s after its voice ends (as the endpointer hears it), so no pause can close it."""
+    from nwhisper.stream.settings import StreamSettings
+    from nwhisper.vad.stream import VadStream
+
+    stops = [e for e in VadStream(StreamSettings().endpointer_options()).feed(x) if e.kind == "stop"]
+    return x[:int((stops[-1].speech_t1 + 0.1) * SR)]
+
+
+def test_finalize_and_closestream_flush_the_last_words(client, model):
+    """No silence after the voice: Finalize answers the open utterance (from_finalize) and the
+    connection stays; CloseStream after more speech flushes it too, before Metadata."""
+    x = voice_only(scene(["cards/005.wav"], tail_s=0.0))
+    y = voice_only(scene(["forever.wav"], lead_s=0.3, tail_s=0.0))
+    import threading
+    import time
+
+    from deepgram.core.events import EventType
+
+    got = []
+    with client.listen.v1.connect(model="nova-3", encoding="linear16", sample_rate=SR, punctuate=True) as conn:
+        conn.on(EventType.MESSAGE, lambda m: got.append(m.model_dump()))
+        t = threading.Thread(target=conn.start_listening, daemon=True)
+        t.start()
+        conn.send_media(pcm16(x))
+        conn.send_finalize()
+        for _ in range(300):
+            if any(m["type"] == "Results" for m in got):
+                break
+            time.sleep(0.1)
+        conn.send_keep_alive()
+        conn.send_media(pcm16(y))
+        conn.send_close_stream()
+        t.join(60)
+    results = [m for m in got if m["type"] == "Results"]
+    assert [m["from_finalize"] for m in results] == [True, False], results
+    assert got[-1]["type"] == "Metadata" and got.index(results[-1]) < len(got) - 1
+    whole = np.concatenate([x, y])
+    check_finals(model, whole, got)
+    assert "forever" in results[1]["channel"]["alternatives"][0]["transcript"].lower()
+
+
+def test_live_bad_input_is_named_and_the_stream_goes_on(server, model):
+    """Raw websockets: a text frame that is not JSON and an odd-length linear16 frame get Error
+    messages; bad parameters are refused at the handshake with Deepgram's 400; the browser's
+    `token, KEY` subprotocol is accepted and chosen."""
+    from websockets.exceptions import InvalidStatus
+    from websockets.sync.client import connect
+
+    url = server.url.replace("http", "ws", 1) + "/v1/listen"
+    with connect(url + "?encoding=linear16&sample_rate=16000", subprotocols=["token", TOKEN]) as ws:
+        assert ws.subprotocol == "token"
+        ws.send("not json")
+        e1 = json.loads(ws.recv(10))
+        ws.send(b"\x00\x01\x02")
+        e2 = json.loads(ws.recv(10))
+        ws.send(pcm16(scene(["cards/001.wav"], tail_s=1.5)))
+        ws.send(json.dumps({"type": "CloseStream"}))
+        rest = [json.loads(m) for m in ws]
+    assert e1["type"] == "Error" and "must be JSON" in e1["description"]
+    assert e2["type"] == "Error" and "whole number" in e2["description"]
+    assert [m["type"] for m in rest] == ["Results", "Metadata"]
+    for query, says in [("?sample_rate=16000", "needs encoding"), ("?encoding=linear16", "sample_rate"),
+                        ("?encoding=linear16&sample_rate=16000&redact=pci", "redact"),
+                        ("?encoding=linear16&sample_rate=16000&language=xx", "unknown language")]:
+        with pytest.raises(InvalidStatus) as e:
+            connect(url + query, additional_headers={"Authorization": f"Token {TOKEN}"})
+        r = e.value.response
+        assert r.status_code == 400 and says in json.loads(r.body)["err_msg"], r.body
+    with pytest.raises(InvalidStatus) as e:
+        connect(url + "?encoding=linear16&sample_rate=16000")
+    assert e.value.response.status_code == 401

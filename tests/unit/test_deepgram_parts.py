@@ -12,11 +12,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nwhisper.records import Segment, TranscriptionInfo, Word
-from nwhisper.server.deepgram_fields import (ACCEPTED, REFUSED, DeepgramError, ListenAsk, listen_params,
-                                             plain, prerecorded, raw_channels)
+from nwhisper.server.deepgram_fields import (ACCEPTED, REFUSED, DeepgramError, ListenAsk, LiveAsk,
+                                             listen_params, live_params, plain, prerecorded,
+                                             raw_channels)
 
 NAMES = ["language", "detect_language", "punctuate", "smart_format", "utterances", "utt_split",
          "keywords", "keyterm", "multichannel", "model", "encoding", "sample_rate", "channels",
+         "interim_results", "endpointing", "utterance_end_ms", "vad_events",
          *ACCEPTED, *REFUSED, "nonsense"]
 
 
@@ -29,10 +31,23 @@ def q(**kw):
 @given(st.dictionaries(st.sampled_from(NAMES), st.lists(st.binary(max_size=12) | st.text(max_size=12).map(str.encode),
                                                         max_size=3), max_size=6))
 def test_fuzz_any_query_gives_an_ask_or_a_deepgram_error(args):
-    try:
-        assert isinstance(listen_params(args), ListenAsk)
-    except DeepgramError as e:
-        assert e.status == 400 and str(e)
+    for parse, kind in ((listen_params, ListenAsk), (live_params, LiveAsk)):
+        try:
+            assert isinstance(parse(args), kind)
+        except DeepgramError as e:
+            assert e.status == 400 and str(e)
+
+
+def test_live_parameters():
+    a = live_params(q(encoding="linear16", sample_rate="16000", interim_results="true",
+                      endpointing="10", utterance_end_ms="1000", vad_events="true"))
+    assert (a.interim, a.pause_ms, a.utterance_end_ms, a.vad_events) == (True, 200, 1000, True)
+    assert live_params(q(encoding="mulaw", sample_rate="8000", endpointing="false")).pause_ms is None
+    for args, says in [(q(sample_rate="16000"), "needs encoding"),
+                       (q(encoding="linear16", sample_rate="16000", multichannel="true"), "pre-recorded only"),
+                       (q(encoding="linear16", sample_rate="16000", endpointing="soon"), "endpointing")]:
+        with pytest.raises(DeepgramError, match=says):
+            live_params(args)
 
 
 def test_parameters_read():
