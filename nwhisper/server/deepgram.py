@@ -20,7 +20,8 @@ model's queue) is the other transcription routes' (transcription.TranscribeHandl
 
 Live, over the stream room's LiveStream (the endpointer, speculative finals, drafts), as the
 other live dialects: binary frames of raw audio (`encoding` linear16/linear32/mulaw/alaw,
-`sample_rate`, `channels` mixed) in; out, `Results` — drafts with is_final false
+`sample_rate`, `channels` mixed) or of a container as it is written (no encoding, or opus: a
+browser's MediaRecorder WebM, Ogg Opus; io/container_stream.py decodes it on a thread) in; out, `Results` — drafts with is_final false
 (interim_results), each utterance's final with is_final and speech_final true, words with times
 and confidences — `SpeechStarted` (vad_events), `UtteranceEnd` (utterance_end_ms of audio past
 the last word). Client messages: `KeepAlive`; `Finalize` (the open utterance's final now, with
@@ -47,8 +48,9 @@ from ..abilities import Unsupported, options
 from ..io.audio import SAMPLE_RATE, AudioError, load_audio, load_channels, resample
 from ..stream.door import Abandoned
 from ..stream.settings import StreamSettings
-from .deepgram_fields import (DeepgramError, error_body, listen_params, live_metadata, live_params,
-                              live_results, model_info, prerecorded, raw_channels)
+from ..io.container_stream import ContainerStream
+from .deepgram_fields import (RAW_ENCODINGS, DeepgramError, error_body, listen_params, live_metadata,
+                              live_params, live_results, model_info, prerecorded, raw_channels)
 from .stream import StreamHandler
 from .transcription import TranscribeHandler
 
@@ -139,7 +141,7 @@ def _channels(body, ask):
     """The body's audio at 16 kHz: one array per channel with multichannel, else mixed."""
     if not body:
         raise DeepgramError("the request has no body: send the audio as the body")
-    if ask.encoding is not None:
+    if ask.encoding in RAW_ENCODINGS:
         xs = raw_channels(body, ask)
         if not ask.multichannel and len(xs) > 1:
             xs = [sum(xs) / len(xs)]
@@ -183,7 +185,13 @@ class LiveHandler(StreamHandler):
         self.last_word_end = None                 # an UtteranceEnd may be owed after this word
         self.last_start = None                    # where the latest utterance began (s)
         self.closing = False
-        settings = StreamSettings(rate=listen.sample_rate, lang=listen.language,
+        self.decoder = None
+        if listen.encoding not in RAW_ENCODINGS:     # a container: its decoder says the rate
+            loop = asyncio.get_running_loop()
+            self.decoder = ContainerStream(
+                lambda x, rate: loop.call_soon_threadsafe(self._decoded, x, rate),
+                lambda why: loop.call_soon_threadsafe(self._error, "INVALID_AUDIO", why))
+        settings = StreamSettings(rate=listen.sample_rate or 48000, lang=listen.language,
                                   partials=a.interim, pause_ms=a.pause_ms, events=True,
                                   hotwords=listen.hotwords)
         self.live = self.live_stream(settings, send=self._from_stream, words=True)
@@ -215,15 +223,25 @@ class LiveHandler(StreamHandler):
                                        f"Finalize, CloseStream or Configure, not {message[:80]!r}")
 
     def _audio(self, frame):
-        listen = self.ask.listen
+        if self.decoder is not None:
+            self.digest.update(frame)
+            return self.decoder.feed(frame)
         try:
-            xs = raw_channels(frame, listen)
+            xs = raw_channels(frame, self.ask.listen)
         except DeepgramError as e:
             return self._error("INVALID_AUDIO", str(e))
-        x = xs[0] if len(xs) == 1 else sum(xs) / len(xs)
         self.digest.update(frame)
+        self._decoded(xs[0] if len(xs) == 1 else sum(xs) / len(xs), self.live.settings.rate)
+
+    def _decoded(self, x, rate):
+        """Samples at `rate`, from the frame or the container's decoder."""
+        live = self.live
+        if live is None or live.closed:
+            return
+        if rate != live.settings.rate:
+            live.configure(dataclasses.replace(live.settings, rate=rate))
         self.fed += len(x)
-        self.live.feed(x)
+        live.feed(x)
         self._utterance_end()
 
     def _configure(self, msg):
@@ -238,11 +256,20 @@ class LiveHandler(StreamHandler):
 
     async def _close_stream(self):
         """Every utterance's final, then the Metadata, then the close."""
+        if self.decoder is not None:            # what the container still holds, decoded first
+            self.decoder.close()
+            await asyncio.get_running_loop().run_in_executor(None, self.decoder.join, 30)
+            await asyncio.sleep(0)
         self.live.end()
         await self.live.settled()
         self._send(live_metadata(self.rid, self.digest.hexdigest(),
-                                 self.fed / self.ask.listen.sample_rate, self.model))
+                                 self.fed / self.live.settings.rate, self.model))
         self.close(1000)
+
+    def stopped(self):
+        if getattr(self, "decoder", None) is not None:
+            self.decoder.close()
+        super().stopped()
 
     # -- out ----------------------------------------------------------------------------------
 
@@ -250,10 +277,11 @@ class LiveHandler(StreamHandler):
         kind = m.get("type")
         listen = self.ask.listen
         if kind == "start":
-            self.last_start = m["t0"]
+            self.last_start = m["speech_t0"]           # the voice itself, not the lead kept before it
             if self.ask.vad_events:
-                self._send({"type": "SpeechStarted", "channel": [0, 1], "timestamp": round(m["t0"], 3)})
-            self._utterance_end(m["t0"])
+                self._send({"type": "SpeechStarted", "channel": [0, 1],
+                            "timestamp": round(m["speech_t0"], 3)})
+            self._utterance_end(self.last_start)
         elif kind == "partial":
             self._send(live_results(m, listen, self.rid, self.model, final=False))
         elif kind == "final":
@@ -274,7 +302,7 @@ class LiveHandler(StreamHandler):
         ms = self.ask.utterance_end_ms
         if ms is None or self.last_word_end is None:
             return
-        until = self.fed / self.ask.listen.sample_rate if voice_at is None else voice_at
+        until = self.fed / self.live.settings.rate if voice_at is None else voice_at
         if until >= self.last_word_end + ms / 1000:
             self._send({"type": "UtteranceEnd", "channel": [0, 1], "last_word_end": self.last_word_end})
             self.last_word_end = None

@@ -14,7 +14,7 @@ and the fuzz tests call them alike.
 | utterances, utt_split | `results.utterances[]`, a new one at a pause of utt_split s (0.8) |
 | keywords, keyterm | hotwords for the model (`word:boost`'s boost is dropped) |
 | multichannel | every channel transcribed on its own (`results.channels[i]`); else the channels are mixed |
-| encoding, sample_rate, channels | for a body of raw audio: linear16, linear32, mulaw, alaw |
+| encoding, sample_rate, channels | for raw audio: linear16, linear32, mulaw, alaw; opus or none: a container (Ogg, WebM …), live too |
 | model | reported back (`model_info.name`); the model this server holds answers |
 | interim_results (live) | drafts as Results with is_final false |
 | endpointing (live) | the closing pause in ms (at least 200); false or none: the pause learned from the speaker |
@@ -42,6 +42,7 @@ REFUSED = ("redact", "replace", "search", "diarize", "diarize_model", "summarize
 ACCEPTED = ("tag", "extra", "version", "mip_opt_out", "profanity_filter", "numerals",
             "filler_words", "dictation", "measurements", "language_hint", "tier")
 RAW_ENCODINGS = {"linear16": 2, "linear32": 4, "mulaw": 1, "alaw": 1}
+CONTAINED = ("opus",)              # Opus comes in Ogg or WebM: the container says the rest
 MAX_TERMS = 500
 UTT_SPLIT_S = 0.8                  # Deepgram's default pause between utterances
 MIN_ENDPOINTING_MS = 200           # a shorter pause is inside a word (Deepgram's default is 10)
@@ -123,12 +124,12 @@ def listen_params(args):
     if len(terms) > MAX_TERMS:
         raise DeepgramError(f"{len(terms)} keywords and keyterms, more than {MAX_TERMS}")
     encoding = _one(args, "encoding")
-    if encoding is not None and encoding not in RAW_ENCODINGS:
-        raise DeepgramError(f"encoding {encoding[:40]!r} is not one this server reads for raw "
-                            f"audio ({', '.join(RAW_ENCODINGS)}); a file with a header (WAV, FLAC, "
-                            f"MP3, M4A, WebM, Ogg …) needs no encoding")
+    if encoding is not None and encoding not in RAW_ENCODINGS and encoding not in CONTAINED:
+        raise DeepgramError(f"encoding {encoding[:40]!r} is not one this server reads: raw "
+                            f"{', '.join(RAW_ENCODINGS)}, or opus (in Ogg or WebM); a file with a "
+                            f"header (WAV, FLAC, MP3, M4A, WebM, Ogg …) needs no encoding")
     rate = _number(args, "sample_rate", 8000, 192000, whole=True)
-    if encoding is not None and rate is None:
+    if encoding in RAW_ENCODINGS and rate is None:
         raise DeepgramError(f"encoding={encoding} is raw audio: give its sample_rate too")
     return ListenAsk(
         language=language, detect_language=_bool(args, "detect_language"),
@@ -150,14 +151,12 @@ class LiveAsk:
 
 
 def live_params(args):
-    """The query of a live /v1/listen connection: the pre-recorded parameters (raw audio only:
-    encoding and sample_rate are needed) and the live ones."""
+    """The query of a live /v1/listen connection: the pre-recorded parameters (raw audio with
+    its encoding and sample_rate, or without an encoding a container: WebM, Ogg) and the live
+    ones."""
     if _bool(args, "multichannel"):
         raise DeepgramError("multichannel is pre-recorded only here: a live stream's channels are mixed")
     ask = listen_params(args)
-    if ask.encoding is None:
-        raise DeepgramError(f"a live stream needs encoding ({', '.join(RAW_ENCODINGS)}) and "
-                            f"sample_rate: containerized audio is read by the pre-recorded route")
     ep = _one(args, "endpointing")
     pause = None
     if ep is not None and ep.lower() != "false":

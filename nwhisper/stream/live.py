@@ -273,7 +273,7 @@ class LiveStream:
     def _on_start(self, e):
         self._utt[e.seg] = _Utterance(e.seg)
         if self.settings.events:
-            self.send({"type": "start", "seg": e.seg, "t0": e.t0})
+            self.send({"type": "start", "seg": e.seg, "t0": e.t0, "speech_t0": e.speech_t0})
 
     def _on_level(self, e):
         if self.settings.levels:

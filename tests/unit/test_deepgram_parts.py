@@ -43,7 +43,9 @@ def test_live_parameters():
                       endpointing="10", utterance_end_ms="1000", vad_events="true"))
     assert (a.interim, a.pause_ms, a.utterance_end_ms, a.vad_events) == (True, 200, 1000, True)
     assert live_params(q(encoding="mulaw", sample_rate="8000", endpointing="false")).pause_ms is None
-    for args, says in [(q(sample_rate="16000"), "needs encoding"),
+    assert live_params(q()).listen.encoding is None                  # a container (WebM, Ogg)
+    assert live_params(q(encoding="opus")).listen.encoding == "opus"
+    for args, says in [(q(encoding="speex"), "encoding 'speex'"),
                        (q(encoding="linear16", sample_rate="16000", multichannel="true"), "pre-recorded only"),
                        (q(encoding="linear16", sample_rate="16000", endpointing="soon"), "endpointing")]:
         with pytest.raises(DeepgramError, match=says):
