@@ -44,7 +44,7 @@ from tornado import ioloop, routing, web
 
 import nwhisper
 
-from ..abilities import Unsupported, options
+from ..abilities import options
 from ..io.audio import SAMPLE_RATE, AudioError, load_audio, load_channels, resample
 from ..stream.door import Abandoned
 from ..stream.settings import StreamSettings
@@ -77,11 +77,9 @@ class ListenHandler(TranscribeHandler):
         return self._rid
 
     async def post(self):
-        if self._gone:
+        body = self.take_body()
+        if body is None:
             return
-        if self._refuse is not None:
-            return self.fail(*self._refuse)
-        body, self._chunks = b"".join(self._chunks), None
         cfg = self.ctx.config
         try:
             ask = listen_params(self.request.query_arguments)
@@ -102,11 +100,9 @@ class ListenHandler(TranscribeHandler):
             return self.fail(e.status, str(e))
         except AudioError as e:
             return self.fail(400, f"failed to process audio: {e}")
-        except Unsupported as e:
-            return self.fail(400, str(e))
         except Abandoned:
             return
-        except ValueError as e:            # the library's word on the options
+        except ValueError as e:            # the library's word on the options and the language
             return self.fail(400, str(e))
         except Exception as e:             # a bug or the device; the next request still runs
             log.exception("deepgram transcription failed")

@@ -97,12 +97,21 @@ class TranscribeHandler(JsonHandler):
             return
         self._chunks.append(chunk)
 
-    async def post(self):
+    def take_body(self):
+        """The request's body, once it may be answered; None when the client went away or the
+        request was refused (answered here)."""
         if self._gone:
-            return
+            return None
         if self._refuse is not None:
-            return self.fail(*self._refuse)
+            self.fail(*self._refuse)
+            return None
         body, self._chunks = b"".join(self._chunks), None
+        return body
+
+    async def post(self):
+        body = self.take_body()
+        if body is None:
+            return
         try:
             up = parse(self.request, body)
             ask = self.ask(up)

@@ -67,7 +67,6 @@ class Heard:
 
 def mean_logprob(segments):
     return sum(s.avg_logprob for s in segments) / len(segments) if segments else 0.0
-    return run
 
 
 def text_of(segments):
