@@ -42,8 +42,8 @@ def models():
 @cli.command()
 @click.argument("src")
 @click.argument("dst")
-@click.option("--to", "fmt", type=click.Choice(["hf", "ggml"]), required=True,
-              help="hf: a Hugging Face directory; ggml: a whisper.cpp .bin file")
+@click.option("--to", "fmt", type=click.Choice(["hf", "ggml", "pt"]), required=True,
+              help="hf: a Hugging Face directory; ggml: a whisper.cpp .bin file; pt: an openai-whisper .pt file")
 def convert(src, dst, fmt):
     """Write model SRC (a name or path) as DST in another container."""
     from ..io.convert import convert as run

