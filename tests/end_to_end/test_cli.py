@@ -40,8 +40,9 @@ def test_models_lists_the_installed_names():
     code, out, _ = nwhisper("models")
     lines = {ln.split()[0]: ln for ln in out.splitlines()}
     assert code == 0 and "(default)" in lines["tiny.en"] and "ct2" in lines["tiny.en"]
-    assert "not installed" not in lines["base"]              # the test extra installs its packages
-    assert "not installed" in lines["small"] and "pip install" in lines["small"]
+    assert "not here" not in lines["base"]                   # the test extra installs its packages
+    assert "not here" in lines["small"] and "pip install" in lines["small"]     # and the caches
+    assert "Systran/faster-whisper-large-v3" in lines["large-v3"] and "whisper/large-v3.pt" in lines["large-v3"]
 
 
 def test_encode_writes_hfs_encoder_states_from_a_name_and_from_a_hf_directory(tmp_path):
