@@ -134,6 +134,7 @@ class Connection:
         self.state = IDLE
         self.live = None                 # the transcription's stream (audio-start → transcript)
         self.texts = []                  # its finals so far
+        self.language = None             # the language they were heard in
         self.started = False             # its transcript-start was sent
         self.said = {}                   # seg → the stable text sent as chunks
         self._slot = None
@@ -242,6 +243,7 @@ class Connection:
                                language=self.ctx.config.language,
                                max_tokens=self.ctx.config.max_tokens)
         self.state, self.texts, self.started, self.said = AUDIO, [], False, {}
+        self.language = None
 
     def _chunk(self, e):
         if self.state == ANSWERED:
@@ -270,7 +272,7 @@ class Connection:
         already, during the pauses)."""
         await live.settled()
         if live is self.live and self.state == SETTLING:
-            self._answer("".join(self.texts), self.request.language)
+            self._answer("".join(self.texts), self.language)
             self.state = IDLE
 
     # -- the stream's messages out ----------------------------------------------------------
@@ -287,6 +289,7 @@ class Connection:
                 self.said[m["seg"]] = stable
         elif kind == "final" and m["text"].strip():
             self.texts.append(m["text"])
+            self.language = self.language or m.get("language")
             if self.service.own_vad and self.state == AUDIO:
                 self._answer(m["text"], m.get("language"))     # our endpointer ends the command
                 self.state = ANSWERED
