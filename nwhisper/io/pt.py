@@ -32,7 +32,9 @@ from .torch_zip import read_torch_zip
 STORAGE_NAMES = {np.dtype(np.float32): "FloatStorage", np.dtype(np.float16): "HalfStorage"}
 
 
-def read_pt(path):
+def read_pt(path, tokenizers=None):
+    """`tokenizers`: {n_vocab: tokenizer.json path} of the models at hand (the registry's
+    installed ones), for a .pt whose vocabulary openai-whisper's files cannot give."""
     path = os.fspath(path)
     obj = read_torch_zip(path)
     if not (isinstance(obj, dict) and isinstance(obj.get("dims"), dict)
@@ -54,12 +56,12 @@ def read_pt(path):
         if not isinstance(t, np.ndarray) or t.dtype not in (np.float32, np.float16):
             raise CheckpointError(path, f"tensor {name} is not float32 or float16")
         tensors[hf] = t
-    tokenizer_json, words = _vocabulary(path, dims)
+    tokenizer_json, words = _vocabulary(path, dims, tokenizers or {})
     return validate(Checkpoint(dims=dims, tensors=tensors, path=path, container="pt",
                                tokenizer_json=tokenizer_json, vocab_bytes=words))
 
 
-def _vocabulary(path, dims):
+def _vocabulary(path, dims, tokenizers):
     """(tokenizer.json path, None) or (None, base words) for a .pt of these dims."""
     spec = importlib.util.find_spec("whisper")
     if spec is not None and spec.submodule_search_locations:
@@ -67,14 +69,8 @@ def _vocabulary(path, dims):
         assets = os.path.join(list(spec.submodule_search_locations)[0], "assets", name)
         if os.path.isfile(assets):
             return None, tiktoken_words(assets)
-    from .registry import KNOWN
-
-    same = {51864: "tiny.en", 51865: "base"}.get(dims.n_vocab)      # their vocabularies
-    src = KNOWN[same][0]() if same else None
-    if src is not None:
-        tokenizer = os.path.join(src.meta_dir or src.path, "tokenizer.json")
-        if os.path.isfile(tokenizer):
-            return tokenizer, None
+    if dims.n_vocab in tokenizers:
+        return tokenizers[dims.n_vocab], None
     raise CheckpointError(path, "a .pt carries no vocabulary: install openai-whisper (its "
                                 "tokenizer files) or a model of the same vocabulary "
                                 "(tiny.en for English-only, base for multilingual)")

@@ -164,6 +164,18 @@ def names():
     return list(dict.fromkeys([*KNOWN, *PUBLISHED]))
 
 
+def _installed_tokenizers():
+    """{n_vocab: tokenizer.json} of the installed packages' models: tiny.en's English-only
+    vocabulary, base's multilingual one."""
+    out = {}
+    for name, n_vocab in (("tiny.en", 51864), ("base", 51865)):
+        src = KNOWN[name][0]()
+        path = src and os.path.join(src.meta_dir or src.path, "tokenizer.json")
+        if path and os.path.isfile(path):
+            out[n_vocab] = path
+    return out
+
+
 def installed():
     """[(name, Source or None, what to do when it is None)] for every model name."""
     out = []
@@ -235,6 +247,6 @@ def load_checkpoint(name_or_path=None):
         return read_hf(src.path)
     if src.container == "pt":
         from .pt import read_pt
-        return read_pt(src.path)
+        return read_pt(src.path, _installed_tokenizers())
     from .ggml import read_ggml
     return read_ggml(src.path)

@@ -245,7 +245,7 @@ def test_convert(tiny, tmp_path):
         convert(gg, gg, to="ggml")
     with pytest.raises(CheckpointError, match="same"):
         convert(hf, hf, to="hf")
-    with pytest.raises(ValueError, match="hf or ggml"):
+    with pytest.raises(ValueError, match="expected hf, ggml or pt"):
         convert(hf, str(tmp_path / "x"), to="onnx")
 
 
