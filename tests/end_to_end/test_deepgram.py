@@ -256,9 +256,18 @@ def check_finals(model, x, got):
     return finals
 
 
+def test_live_keyterms_spell_names_right(client):
+    x = scene(["espeak/en-names.flac"], tail_s=1.5)
+    told = live(client, x, pace=4.0, keyterm=["Zorblax Quenteroth", "Vintrella"])
+    plain = live(client, x, pace=4.0)
+    said = [" ".join(m["channel"]["alternatives"][0]["transcript"] for m in got
+                     if m["type"] == "Results" and m["is_final"]) for got in (told, plain)]
+    assert "Zorblax Quenteroth" in said[0] and "Zorblax" not in said[1], said
+
+
 def test_live_finals_are_transcribe_of_their_spans(client, model):
     x = scene(["cards/005.wav", "forever.wav"], tail_s=1.5)
-    got = live(client, x, interim_results=True, endpointing=500, utterance_end_ms=1000,
+    got = live(client, x, pace=1.0, interim_results=True, endpointing=500, utterance_end_ms=1000,
                vad_events=True)
     from deepgram.listen.v1.types import ListenV1Results
 

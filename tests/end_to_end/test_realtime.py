@@ -286,3 +286,30 @@ def test_raw_frames_tokens_and_handshake(server):
     assert [s for s, _ in refusals] == [401, 401, 400]
     assert refusals[0][1]["code"] == "invalid_api_key" and "missing token" in refusals[0][1]["message"]
     assert refusals[2][1]["param"] == "intent"
+
+
+def test_the_prompt_spells_names_through_openais_routes(server):
+    """OpenAI's `prompt` (POST /v1/audio/transcriptions) and the session's transcription prompt
+    reach the model as openai's initial_prompt — for one window the same tokens as hotwords
+    (tests/oracle/test_hotwords.py): the made-up names of en-names.flac come out right."""
+    import os
+
+    from paths import FIXTURES
+
+    names = "Zorblax Quenteroth, Vintrella"
+    path = os.path.join(FIXTURES, "espeak", "en-names.flac")
+    rest = openai.OpenAI(base_url=server.url + "/v1", api_key=TOKEN)
+    with open(path, "rb") as f:
+        told = rest.audio.transcriptions.create(model="whisper-1", file=f, prompt=names).text
+    with open(path, "rb") as f:
+        plain = rest.audio.transcriptions.create(model="whisper-1", file=f).text
+    assert "Zorblax Quenteroth" in told and "Zorblax" not in plain, (told, plain)
+    x = np.concatenate([np.zeros(16000, np.float32), audio("espeak/en-names.flac"),
+                        np.zeros(40000, np.float32)])
+    pcm = encode(resample(x, 16000, 24000), "pcm16")[0]
+    session = json.loads(json.dumps(GA_SESSION))
+    session["audio"]["input"]["transcription"]["prompt"] = names
+    events = asyncio.run(realtime(server.url, [pcm[i:i + 1920] for i in range(0, len(pcm), 1920)],
+                                  0.04, session, token=TOKEN, pace=0))
+    said = " ".join(c["transcript"] for c in kinds(events, "conversation.item.input_audio_transcription.completed"))
+    assert "Zorblax Quenteroth" in said, said
