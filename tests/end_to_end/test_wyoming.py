@@ -95,6 +95,7 @@ async def utterance(client, x, rate=SR, width=2, channels=1, pace=0.0, chunk_s=0
         while True:
             e = await asyncio.wait_for(client.read_event(), 60)
             assert e is not None, "the server closed the connection"
+            assert e.type != "error", e.data        # a refusal fails here, not after a timeout
             got.append(e)
             if Transcript.is_type(e.type):
                 t_transcript = time.perf_counter()
@@ -224,27 +225,33 @@ def quiet(server):
 def test_busy_when_every_connection_slot_is_taken(servers, model):
     """--connections 3: a fourth transcription is refused with an error, the others go on, and a
     slot is free again once a transcript is sent."""
-    quiet(servers["main"])
+    assert quiet(servers["main"])["connections"]["active"] == 0
 
     async def go():
         port = servers["main"].port
         clients = [AsyncTcpClient("127.0.0.1", port) for _ in range(4)]
-        for c in clients:
-            await c.connect()
-        for c in clients[:3]:
-            await c.write_event(AudioStart(rate=SR, width=2, channels=1).event())
-        await clients[3].write_event(AudioStart(rate=SR, width=2, channels=1).event())
-        refused = await asyncio.wait_for(clients[3].read_event(), 10)
-        await clients[3].write_event(AudioStop().event())       # no error per dropped event
-        await clients[3].write_event(Ping(text="after").event())
-        pong = await asyncio.wait_for(clients[3].read_event(), 10)
-        for c in clients[:3]:
-            await c.write_event(AudioStop().event())
-        answers = [await asyncio.wait_for(c.read_event(), 30) for c in clients[:3]]
-        retry, _ = await utterance(clients[3], audio("cards/001.wav"))
-        for c in clients:
-            await c.disconnect()
-        return refused, pong, answers, retry
+        try:
+            for c in clients:
+                await c.connect()
+            for i, c in enumerate(clients[:3]):
+                # connections are read in no set order: a pong says this audio-start was taken
+                await c.write_event(AudioStart(rate=SR, width=2, channels=1).event())
+                await c.write_event(Ping(text=str(i)).event())
+                taken = await asyncio.wait_for(c.read_event(), 10)
+                assert (taken.type, taken.data) == ("pong", {"text": str(i)}), taken
+            await clients[3].write_event(AudioStart(rate=SR, width=2, channels=1).event())
+            refused = await asyncio.wait_for(clients[3].read_event(), 10)
+            await clients[3].write_event(AudioStop().event())       # no error per dropped event
+            await clients[3].write_event(Ping(text="after").event())
+            pong = await asyncio.wait_for(clients[3].read_event(), 10)
+            for c in clients[:3]:
+                await c.write_event(AudioStop().event())
+            answers = [await asyncio.wait_for(c.read_event(), 30) for c in clients[:3]]
+            retry, _ = await utterance(clients[3], audio("cards/001.wav"))
+            return refused, pong, answers, retry
+        finally:
+            for c in clients:           # a failure here must not hold the server's slots
+                await c.disconnect()
     refused, pong, answers, retry = run(go())
     assert refused.type == "error" and refused.data["code"] == "server-busy", refused
     assert (pong.type, pong.data) == ("pong", {"text": "after"})
