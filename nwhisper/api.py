@@ -16,7 +16,8 @@ import dataclasses
 
 from . import backend as B, sources
 from .abilities import Abilities, options as transcribe_options
-from .io.registry import DEFAULT_MODEL, load_checkpoint
+from .io.hub import locate
+from .io.registry import DEFAULT_MODEL, read
 from .model import Whisper
 from .tokenizer import Tokenizer
 from .transcribe import Transcriber
@@ -25,8 +26,8 @@ from .transcribe import Transcriber
 class WhisperModel:
     """A checkpoint loaded onto a backend, with its tokenizer."""
 
-    def __init__(self, name_or_path=DEFAULT_MODEL, device="auto", compute_type="float32"):
-        self.checkpoint = ck = load_checkpoint(name_or_path)
+    def __init__(self, name_or_path=DEFAULT_MODEL, device="auto", compute_type="float32", offline=None):
+        self.checkpoint = ck = read(locate(name_or_path, offline))
         self.backend = B.get(device)
         self.dims = ck.dims
         self.tokenizer = Tokenizer.from_checkpoint(ck)
@@ -105,10 +106,12 @@ class WhisperModel:
                                             on_segments=on_segments, cancelled=cancelled)
 
 
-def load(name_or_path=DEFAULT_MODEL, device="auto", compute_type="float32"):
+def load(name_or_path=DEFAULT_MODEL, device="auto", compute_type="float32", offline=None):
     """A WhisperModel. compute_type "int8" decodes with int8 weights (per-row scales): faster on
-    the CPU, transcripts checked against float32's in tests/oracle/test_transcribe.py."""
-    return WhisperModel(name_or_path, device, compute_type)
+    the CPU, transcripts checked against float32's in tests/oracle/test_transcribe.py. A model
+    name found nowhere here is downloaded from the Hugging Face Hub (io/hub.py) unless `offline`
+    (default: HF_HUB_OFFLINE)."""
+    return WhisperModel(name_or_path, device, compute_type, offline)
 
 
 def _trim_heap():

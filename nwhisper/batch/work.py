@@ -29,6 +29,7 @@ class WorkerSpec:
     threads: int | None = None             # Numba threads per worker (None: all cores)
     options: TranscribeOptions = field(default_factory=TranscribeOptions)   # abilities.options'
     vad: str | None = None                 # transcribe()'s vad
+    offline: bool | None = None            # never download (None: HF_HUB_OFFLINE decides)
 
 
 class Worker:
@@ -39,7 +40,8 @@ class Worker:
             import numba
             numba.set_num_threads(max(1, min(spec.threads, numba.config.NUMBA_NUM_THREADS)))
         self.spec = spec
-        self.model = load(spec.model, device=spec.device, compute_type=spec.compute_type)
+        self.model = load(spec.model, device=spec.device, compute_type=spec.compute_type,
+                          offline=spec.offline)
 
     def __call__(self, job):
         from .. import writers

@@ -6,7 +6,7 @@ import sys
 import click
 
 from ..io.registry import DEFAULT_MODEL
-from .options import batch_size_option, compute_type_option, hotwords_option
+from .options import batch_size_option, compute_type_option, hotwords_option, offline_option
 
 
 def _formats(value):
@@ -41,14 +41,17 @@ def _formats(value):
 @compute_type_option
 @click.option("--no-progress", is_flag=True, help="no progress bar")
 @hotwords_option
+@offline_option
 def command(inputs, output_dir, fmt, model, workers, ray, lang, task, vad, word_timestamps, beam,
-            batch_size, device, compute_type, no_progress, hotwords):
+            batch_size, device, compute_type, no_progress, hotwords, offline):
     """Transcribe every recording in INPUTS (files, folders, manifests) into OUTDIR."""
     from ..abilities import options as transcribe_options
     from ..batch.jobs import BatchError, collect
     from ..batch.pool import threads_each
     from ..batch.run import run
     from ..batch.work import WorkerSpec, cores
+    from ..io.checkpoint import CheckpointError
+    from ..io.hub import locate
 
     fmts = _formats(fmt)
     try:
@@ -66,9 +69,14 @@ def command(inputs, output_dir, fmt, model, workers, ray, lang, task, vad, word_
     except ValueError as e:
         click.echo(f"nwhisper batch: {e}", err=True)
         sys.exit(2)
+    try:        # a model to download comes once, here, not once per worker
+        locate(model, offline)
+    except CheckpointError as e:
+        click.echo(f"nwhisper batch: {e}", err=True)
+        sys.exit(2)
     spec = WorkerSpec(model=model, outdir=output_dir, fmts=fmts, device=device,
                       compute_type=compute_type, threads=threads_each(workers, cores()),
-                      options=options, vad=vad)
+                      options=options, vad=vad, offline=offline)
     try:
         summary = run(jobs, spec, workers=workers, ray=ray, progress=not no_progress)
     except (RuntimeError, ValueError, OSError) as e:     # the model or Ray could not start

