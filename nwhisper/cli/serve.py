@@ -25,7 +25,9 @@ def parse_addr(addr):
     return host, int(port)
 
 
-@click.argument("model", required=False, default=DEFAULT_MODEL)
+@click.argument("model", required=False, default=None)
+@click.option("--model", "more_models", multiple=True, metavar="NAME",
+              help="another model to hold (repeatable); requests choose by name, MODEL (or the first) is the default")
 @click.option("--addr", default="127.0.0.1:6543", show_default=True,
               help="HOST:PORT to listen on (0.0.0.0:PORT for the LAN; port 0 picks a free one)")
 @click.option("--lang", default=None, help="default language of requests that name none (default: detect; English on .en models)")
@@ -56,9 +58,9 @@ def parse_addr(addr):
               help="advertise the Wyoming service on the LAN (mDNS _wyoming._tcp, as Home Assistant discovers it)")
 @click.option("--no-http", is_flag=True, help="serve only --wyoming (no HTTP port)")
 @offline_option
-def serve(model, addr, lang, vad, timestamps, max_tokens, device, compute_type, tls, cert, key, tls_dir, token,
+def serve(model, more_models, addr, lang, vad, timestamps, max_tokens, device, compute_type, tls, cert, key, tls_dir, token,
           unload_after, connections, queue, max_upload_mb, wyoming, wyoming_own_vad, zeroconf, no_http, offline):
-    """Serve MODEL (a name or path; default tiny.en) over HTTP: whisper.cpp's POST /inference,
+    """Serve MODEL (a name or path; default tiny.en), and any --model, over HTTP: whisper.cpp's POST /inference,
     OpenAI's POST /v1/audio/transcriptions and /translations, GET /health, and a test page at /;
     with --wyoming, to Home Assistant's voice devices. The model loads before the port opens."""
     from ..io.checkpoint import CheckpointError
@@ -94,7 +96,8 @@ def serve(model, addr, lang, vad, timestamps, max_tokens, device, compute_type, 
             click.echo(f"nwhisper: self-signed TLS {'minted' if minted else 'reused'}: {cert} "
                        f"({T.fingerprint(cert)}) — the browser will warn once; accept it and the "
                        f"microphone works")
-        cfg = Config(model=model, device=device, compute_type=compute_type, host=host, port=port,
+        models = tuple(dict.fromkeys(([model] if model else []) + list(more_models))) or (DEFAULT_MODEL,)
+        cfg = Config(models=models, device=device, compute_type=compute_type, host=host, port=port,
                      language=lang.strip().lower() if lang else None, vad=vad,
                      timestamps=timestamps, max_tokens=max_tokens, token=token or None,
                      ssl=ssl_ctx, unload_after=unload_after, connections=connections, queue=queue,

@@ -1,7 +1,7 @@
 """The HTTP surface: the routes, the small handlers, and the process that serves them (the JSON
 handler they all derive from is handlers.py; the transcription routes, transcription.py).
 
-    run(Config(model="tiny.en", host="127.0.0.1", port=6543))   # load, bind, serve until SIGTERM
+    run(Config(models=("tiny.en",), host="127.0.0.1", port=6543))   # load, bind, serve until SIGTERM
 
 Routes (token-protected unless marked open):
 
@@ -10,7 +10,8 @@ Routes (token-protected unless marked open):
     POST /inference                 whisper.cpp's server: multipart `file` + fields, or a raw body
     POST /v1/audio/transcriptions   OpenAI's API shape
     POST /v1/audio/translations     the same, task=translate
-    GET  /v1/models                 the one model this server holds, as OpenAI lists models
+    GET  /v1/models                 the models this server holds, as OpenAI lists models
+    POST /load                      whisper.cpp's: `model` = one of them becomes the default
     GET  / and /stream (WebSocket)  live audio in, utterances out (stream.py)
     GET  /v1/realtime (WebSocket)   OpenAI's Realtime transcription sessions (realtime.py)
     POST /v1/listen                 Deepgram's pre-recorded transcription (deepgram.py)
@@ -18,11 +19,17 @@ Routes (token-protected unless marked open):
 A transcription request's pipeline is in transcription.py. Every refusal is a 4xx (or 503 when
 full) with {"error": "<what was wrong>"} — on the /v1/ routes OpenAI's error object (handlers.py);
 nothing a client sends can stop the server serving the others.
+
+A server may hold several models (`--model` repeated): each has its own ModelHost (worker thread,
+queue, idle unload); the first is the default. A request picks one by name (OpenAI's `model`,
+Deepgram's `model`, Wyoming's `name`); a vendor's own model names (whisper-1, nova-3 …) and no
+name mean the default, and any other name is refused with the list (Context.choose).
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import re
@@ -38,7 +45,7 @@ from ..records import TranscribeOptions
 from . import auth, deepgram, realtime, stream, wyoming
 from .model_host import ModelHost
 from .limits import Slots
-from .handlers import JsonHandler, NotFound
+from .handlers import JsonHandler, NotFound, UnknownModel
 from .transcription import InferenceHandler, OpenAIHandler
 
 log = logging.getLogger("nwhisper.server")
@@ -49,7 +56,7 @@ MiB = 1 << 20
 
 @dataclass
 class Config:
-    model: str = DEFAULT_MODEL
+    models: tuple = (DEFAULT_MODEL,)  # names or paths; the first is the default
     device: str = "auto"
     compute_type: str = "float32"
     host: str = "127.0.0.1"
@@ -68,6 +75,7 @@ class Config:
     wyoming: str | None = None       # tcp://HOST:PORT or unix://PATH: Home Assistant's protocol
     wyoming_own_vad: bool = False    # tell Wyoming clients they need no VAD of their own
     zeroconf: str | None = None      # advertise the Wyoming service under this name (mDNS)
+    offline: bool | None = None      # never download a model (None: HF_HUB_OFFLINE decides)
 
     @property
     def discard_limit(self):
@@ -77,32 +85,42 @@ class Config:
 
 
 class Context:
-    """What every handler shares: the config, the model host, the slots, the counters."""
+    """What every handler shares: the config, the model hosts, the slots, the counters."""
 
-    def __init__(self, config, host):
-        self.config, self.host = config, host
+    def __init__(self, config, hosts):
+        self.config, self.hosts = config, dict(hosts)
+        self.host = next(iter(self.hosts.values()))      # the default (POST /load changes it)
         self.slots = Slots(config.connections, config.queue)
         self.decoders = ThreadPoolExecutor(2, thread_name_prefix="nwhisper-decode")
         self.requests = self.failed = 0
         self.streams_open = self.streams_opened = 0
         self.started = time.monotonic()
 
-    def stream_opened(self):
-        """A live stream began: it keeps the model loaded until stream_closed()."""
-        self.host.hold()
+    def choose(self, name, vendor=lambda name: False):
+        """The ModelHost a request names: the default for no name or a `vendor` name (the
+        dialect's own models), UnknownModel for a name this server does not hold."""
+        if not name or (name not in self.hosts and vendor(name)):
+            return self.host
+        if name not in self.hosts:
+            raise UnknownModel(name, self.hosts)
+        return self.hosts[name]
+
+    def stream_opened(self, host):
+        """A live stream began on `host`: it keeps that model loaded until stream_closed()."""
+        host.hold()
         self.streams_open += 1
         self.streams_opened += 1
 
-    def stream_closed(self):
-        self.host.release()
+    def stream_closed(self, host):
+        host.release()
         self.streams_open -= 1
 
     def health(self):
         h = self.host
         return {
             "status": "ok" if h.loaded else "idle",
-            "model": {"name": h.name, "device": h.device_name, "compute_type": h.compute_type, "multilingual": h.abilities.multilingual,
-                      **h.shape},
+            "model": _shown(h),
+            "models": [_shown(m) for m in self.hosts.values()],
             "requests": self.requests,
             "failed": self.failed,
             "loads": h.loads,
@@ -122,6 +140,15 @@ class Context:
         }
 
 
+def _memory(host):
+    return "" if host.rss_mb is None else f", {host.rss_mb:.0f} MB of memory"
+
+
+def _shown(h):
+    return {"name": h.name, "loaded": h.loaded, "device": h.device_name, "compute_type": h.compute_type,
+            "multilingual": h.abilities.multilingual, "rss_mb": h.rss_mb, **h.shape}
+
+
 class HealthHandler(JsonHandler):
     def get(self):
         self.finish(self.ctx.health())
@@ -131,7 +158,26 @@ class ModelsHandler(JsonHandler):
     def get(self):
         if self.authorized():
             self.finish({"object": "list", "data": [
-                {"id": self.ctx.host.name, "object": "model", "created": 0, "owned_by": "nwhisper"}]})
+                {"id": name, "object": "model", "created": 0, "owned_by": "nwhisper"}
+                for name in self.ctx.hosts]})
+
+
+class LoadHandler(JsonHandler):
+    """whisper.cpp's POST /load: its `model` field (form or multipart) names the model later
+    requests that name none get. Only a model this server holds: a request never makes the
+    server read a file or fetch a model (the operator chooses them with --model)."""
+
+    def post(self):
+        if not self.authorized():
+            return
+        name = self.get_argument("model", "").strip()
+        if not name:
+            return self.fail(400, "POST /load needs a `model` field: one of " + ", ".join(self.ctx.hosts))
+        try:
+            self.ctx.host = self.ctx.choose(name)
+        except UnknownModel as e:
+            return self.fail(400, str(e), "model")
+        self.finish({"status": "ok", "model": name})
 
 
 class PageHandler(web.StaticFileHandler):
@@ -163,6 +209,7 @@ def make_app(ctx):
         (r"/v1/audio/transcriptions", OpenAIHandler, {"ctx": ctx, "task": "transcribe"}),
         (r"/v1/audio/translations", OpenAIHandler, {"ctx": ctx, "task": "translate"}),
         (r"/v1/models", ModelsHandler, k),
+        (r"/load", LoadHandler, k),
         *stream.routes(ctx),
         *realtime.routes(ctx),
         *deepgram.routes(ctx),
@@ -177,9 +224,10 @@ def url(cfg, port):
     return f"{'https' if cfg.ssl else 'http'}://{host}:{port}"
 
 
-def startup_notes(cfg, host):
-    """What to tell the operator once the model is loaded; ValueError for a --lang it lacks."""
-    host.abilities.language(cfg.language)
+def startup_notes(cfg, hosts):
+    """What to tell the operator once the models are loaded; ValueError for a --lang one lacks."""
+    for host in hosts:
+        host.abilities.language(cfg.language)
     notes = []
     if not cfg.token and not auth.is_loopback(cfg.host):
         notes.append(f"nwhisper: WARNING: listening on {cfg.host or 'every address'} without a "
@@ -193,21 +241,27 @@ def _say(message):
 
 
 def run(cfg, say=_say, warmup=True):
-    """Load the model, then open the port and serve until SIGINT/SIGTERM."""
-    host = ModelHost(cfg.model, cfg.device, cfg.unload_after, compute_type=cfg.compute_type)
-    say(f"nwhisper: loading {cfg.model} ({cfg.device}) …")
-    t0 = time.perf_counter()
-    host.load(warmup=warmup)
-    say(f"nwhisper: {cfg.model} ready on {host.device_name} in "
-        f"{(time.perf_counter() - t0) * 1000:.0f} ms (load {host.last_load_ms:.0f} ms, then a "
-        f"warm-up transcription)")
-    for line in startup_notes(cfg, host):
+    """Load the models, then open the port and serve until SIGINT/SIGTERM."""
+    from ..api import load
+
+    hosts = {}
+    for name in dict.fromkeys(cfg.models):
+        host = ModelHost(name, cfg.device, cfg.unload_after, compute_type=cfg.compute_type,
+                         loader=functools.partial(load, offline=cfg.offline))
+        say(f"nwhisper: loading {name} ({cfg.device}) …")
+        t0 = time.perf_counter()
+        host.load(warmup=warmup)
+        say(f"nwhisper: {name} ready on {host.device_name} in "
+            f"{(time.perf_counter() - t0) * 1000:.0f} ms (load {host.last_load_ms:.0f} ms, then a "
+            f"warm-up transcription){_memory(host)}")
+        hosts[name] = host
+    for line in startup_notes(cfg, hosts.values()):
         say(line)
-    asyncio.run(_serve(cfg, host, say))
+    asyncio.run(_serve(cfg, hosts, say))
 
 
-async def _serve(cfg, host, say):
-    ctx = Context(cfg, host)
+async def _serve(cfg, hosts, say):
+    ctx = Context(cfg, hosts)
     server = service = zc = None
     if cfg.http:
         server = httpserver.HTTPServer(make_app(ctx), ssl_options=cfg.ssl,
@@ -218,8 +272,9 @@ async def _serve(cfg, host, say):
         port = sockets[0].getsockname()[1]
     if cfg.wyoming:
         service = await wyoming.WyomingService(ctx, cfg.wyoming, cfg.wyoming_own_vad).start()
-    host.last_active = time.monotonic()     # idle counts from the moment the port opens
-    host.start_idle_timer()
+    for host in hosts.values():
+        host.last_active = time.monotonic()     # idle counts from the moment the port opens
+        host.start_idle_timer()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -244,5 +299,6 @@ async def _serve(cfg, host, say):
         await service.stop()
     if server is not None:
         server.stop()
-    host.close()
+    for host in hosts.values():
+        host.close()
     ctx.decoders.shutdown(wait=False)

@@ -51,6 +51,7 @@ from ..stream.settings import StreamSettings
 from ..io.container_stream import ContainerStream
 from .deepgram_fields import (RAW_ENCODINGS, DeepgramError, error_body, listen_params, live_metadata,
                               live_params, live_results, model_info, prerecorded, raw_channels)
+from .handlers import UnknownModel
 from .stream import StreamHandler
 from .transcription import TranscribeHandler
 
@@ -88,11 +89,15 @@ class ListenHandler(TranscribeHandler):
             channels = await loop.run_in_executor(self.ctx.decoders, _channels, body, ask)
             if self._gone:
                 return
-            opts = self.ctx.host.abilities.check(options(
+            try:
+                self._host = self.ctx.choose(ask.model, deepgram_name)
+            except UnknownModel as e:
+                raise DeepgramError(str(e)) from None
+            opts = self._host.abilities.check(options(
                 language=ask.language if ask.language is not None else cfg.language,
                 max_tokens=cfg.max_tokens, timestamps=True, word_timestamps=True,
                 hotwords=ask.hotwords))
-            self._job = self.ctx.host.submit(lambda m: [_transcribe(m, x, opts) for x in channels])
+            self._job = self._host.submit(lambda m: [_transcribe(m, x, opts) for x in channels])
             results = await self._job
             if self._gone:
                 return
@@ -110,7 +115,7 @@ class ListenHandler(TranscribeHandler):
         finally:
             self._job = None
         duration = len(channels[0]) / SAMPLE_RATE
-        out = prerecorded(results, ask, body, duration, self.ctx.host.name, nwhisper.__version__,
+        out = prerecorded(results, ask, body, duration, self._host.name, nwhisper.__version__,
                           self._request_id())
         self.set_header("Content-Type", "application/json")
         self.finish(json.dumps(out, ensure_ascii=False))
@@ -150,16 +155,25 @@ def _transcribe(model, samples, opts):          # on the model's worker thread
     return list(segments), info
 
 
+def deepgram_name(name):
+    """Deepgram's own models (nova-3, nova-2-general, enhanced, base, whisper-large …): a client
+    written for Deepgram names one of these."""
+    return name.split("-")[0] in ("nova", "enhanced", "base", "whisper", "flux", "general")
+
+
 class LiveHandler(StreamHandler):
     """GET /v1/listen as a WebSocket: Deepgram's live transcription."""
+
+    vendor = staticmethod(deepgram_name)
 
     async def get(self, *args, **kwargs):
         self.rid = str(uuid.uuid4())
         self.set_header("dg-request-id", self.rid)
         try:
             self.ask = live_params(self.request.query_arguments)
+            self.pick(self.ask.listen.model)
             self.check_language(self.ask.listen.language, DeepgramError)
-        except DeepgramError as e:
+        except (DeepgramError, UnknownModel) as e:
             return self.refuse(400, str(e))
         await super().get(*args, **kwargs)
 
@@ -174,7 +188,7 @@ class LiveHandler(StreamHandler):
 
     def started(self):
         a, listen = self.ask, self.ask.listen
-        self.model = model_info(listen, self.ctx.host.name, nwhisper.__version__)
+        self.model = model_info(listen, self.host.name, nwhisper.__version__)
         self.fed = 0                              # samples received, at the stream's rate
         self.digest = hashlib.sha256()
         self.finalizing = set()                   # segs closed by Finalize

@@ -15,7 +15,7 @@ and the fuzz tests call them alike.
 | keywords, keyterm | hotwords for the model (`word:boost`'s boost is dropped) |
 | multichannel | every channel transcribed on its own (`results.channels[i]`); else the channels are mixed |
 | encoding, sample_rate, channels | for raw audio: linear16, linear32, mulaw, alaw; opus or none: a container (Ogg, WebM …), live too |
-| model | reported back (`model_info.name`); the model this server holds answers |
+| model | one of the models this server holds answers; Deepgram's own names (nova-3 …) and none mean the default; reported back (`model_info.name`) |
 | interim_results (live) | drafts as Results with is_final false |
 | endpointing (live) | the closing pause in ms (at least 200); false or none: the pause learned from the speaker |
 | utterance_end_ms, vad_events (live) | UtteranceEnd after that much audio past the last word; SpeechStarted |

@@ -67,3 +67,10 @@ class JsonHandler(web.RequestHandler):
 class NotFound(JsonHandler):
     def prepare(self):
         raise web.HTTPError(404)
+
+
+class UnknownModel(ValueError):
+    """A request named a model this server does not hold (Context.choose)."""
+
+    def __init__(self, name, served):
+        super().__init__(f"model {name!r} is not served here; this server holds: {', '.join(served)}")

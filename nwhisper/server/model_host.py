@@ -25,6 +25,7 @@ import gc
 import heapq
 import itertools
 import logging
+import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -77,6 +78,7 @@ class ModelHost:
                                      # then live.py's moving average), None: not known
         self._last_draft_seq = -1
         self.last_load_ms = None
+        self.rss_mb = None           # what the first load and warm-up added to the process
         self.last_active = time.monotonic()
         self._timer = None
 
@@ -92,11 +94,14 @@ class ModelHost:
         It runs on the worker thread like every later job, so the model (and on a GPU, the
         thread's view of the CUDA context) is only ever used from that one thread."""
         def go():
+            before = _rss()
             self._load()
             if warmup:
                 t0 = time.perf_counter()
                 list(self._model.transcribe(np.zeros(int(WARMUP_SECONDS * 16000), np.float32))[0])
                 self.utterance_s = time.perf_counter() - t0
+            if before is not None:
+                self.rss_mb = round((_rss() - before) / (1 << 20), 1)
 
         self._worker.submit(go).result()
 
@@ -215,3 +220,11 @@ class ModelHost:
             future_set_result_unless_cancelled(job.future, f.result())
         self._next()
 
+
+def _rss():
+    """The process's resident memory in bytes (Linux's /proc), else None."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None

@@ -36,6 +36,7 @@ import secrets
 from .realtime_events import (MIN_COMMIT_MS, RealtimeError, Session, apply_beta, apply_ga,
                               decode_append)
 from .stream import StreamHandler
+from .transcription import openai_name
 
 log = logging.getLogger("nwhisper.server")
 
@@ -45,6 +46,8 @@ CONVERSATION_EVENTS = ("response.", "conversation.item.create", "conversation.it
 
 
 class RealtimeHandler(StreamHandler):
+    vendor = staticmethod(openai_name)
+
     def initialize(self, ctx):
         super().initialize(ctx)
         self.beta = False
@@ -241,7 +244,7 @@ class RealtimeHandler(StreamHandler):
         return f"item_{self.sid[5:13]}{next(self._items):05d}"
 
     def _shown(self, session, beta):
-        name = self.ctx.host.name
+        name = self.host.name
         return session.beta(self.sid, name) if beta else session.ga(self.sid, name)
 
 

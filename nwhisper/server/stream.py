@@ -29,6 +29,7 @@ from ..abilities import Unsupported
 from ..stream.live import LiveStream
 from ..stream.settings import ConfigError, StreamSettings
 from . import auth
+from .handlers import UnknownModel
 from .limits import Busy
 from .protocol import FrameError, decode_frame
 
@@ -40,8 +41,11 @@ PAGE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "static", "index
 
 
 class StreamHandler(websocket.WebSocketHandler):
+    vendor = staticmethod(lambda name: False)   # the dialect's own model names: the default
+
     def initialize(self, ctx):
         self.ctx = ctx
+        self.host = None             # the model this stream uses (its `model`; get() picks it)
         self.live = None
         self._slot = None
         self._held = False           # open() took the model and a stream count
@@ -57,12 +61,21 @@ class StreamHandler(websocket.WebSocketHandler):
         if self.request.headers.get("Upgrade", "").lower() != "websocket":
             return self.refuse(400, "this route is a WebSocket: connect with Upgrade: websocket")
         try:
+            self.host or self.pick(self.get_query_argument("model", None))
+        except UnknownModel as e:
+            return self.refuse(400, str(e))
+        try:
             self._slot = self.ctx.slots.enter_now()
         except Busy as e:
             return self.refuse(503, str(e))
         await super().get(*args, **kwargs)
         if self.ws_connection is None:        # the upgrade failed: give the slot back
             self._let_go()
+
+    def pick(self, name):
+        """The model `name` names (None: the default); UnknownModel for one not held here."""
+        self.host = self.ctx.choose(name, self.vendor)
+        return self.host
 
     def refuse(self, status, message):
         self.set_status(status)
@@ -79,7 +92,7 @@ class StreamHandler(websocket.WebSocketHandler):
         return MAX_MESSAGE
 
     def open(self, *args, **kwargs):
-        self.ctx.stream_opened()
+        self.ctx.stream_opened(self.host)
         self._held = True
         self.started()
 
@@ -89,7 +102,7 @@ class StreamHandler(websocket.WebSocketHandler):
 
     def live_stream(self, settings, send=None, **kw):
         cfg = self.ctx.config
-        return LiveStream(self.ctx.host, settings, send or self._send, language=cfg.language,
+        return LiveStream(self.host, settings, send or self._send, language=cfg.language,
                           max_tokens=cfg.max_tokens, **kw)
 
     def on_message(self, message):
@@ -134,7 +147,7 @@ class StreamHandler(websocket.WebSocketHandler):
     def check_language(self, lang, error):
         """Raise error(message) unless the model knows `lang` (None and "auto": detect)."""
         try:
-            self.ctx.host.abilities.language(lang)
+            self.host.abilities.language(lang)
         except Unsupported as e:
             raise error(str(e)) from None
 
@@ -150,7 +163,7 @@ class StreamHandler(websocket.WebSocketHandler):
         if self._held:
             self.stopped()
             self._held = False
-            self.ctx.stream_closed()
+            self.ctx.stream_closed(self.host)
         self._let_go()
 
     def stopped(self):

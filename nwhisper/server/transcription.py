@@ -22,7 +22,7 @@ from ..writers import needs_timestamps
 from . import auth, formats
 from .limits import Busy
 from .upload import Reject, parse
-from .handlers import OPENAI_CODES, JsonHandler
+from .handlers import OPENAI_CODES, JsonHandler, UnknownModel
 
 log = logging.getLogger("nwhisper.server")
 
@@ -43,6 +43,12 @@ class Ask:
     words: bool
     beam_size: int | None = None
     stream: bool = False             # OpenAI's stream=true: server-sent text deltas, then done
+    model: str | None = None         # the model named (None: the server's default)
+
+
+def openai_name(name):
+    """OpenAI's own transcription models: a client written for OpenAI names one of these."""
+    return name == "whisper-1" or name.startswith("gpt-")
 
 
 @web.stream_request_body
@@ -60,6 +66,7 @@ class TranscribeHandler(JsonHandler):
 
     async def prepare(self):
         self._ticket = self._job = self._refuse = None
+        self._host = self.ctx.host
         self._chunks, self._size, self._gone = [], 0, False
         if self.request.method == "OPTIONS":
             return
@@ -115,6 +122,10 @@ class TranscribeHandler(JsonHandler):
         try:
             up = parse(self.request, body)
             ask = self.ask(up)
+            try:
+                self._host = self.ctx.choose(ask.model, openai_name)
+            except UnknownModel as e:
+                raise Reject(400, str(e), "model") from None
             opts = self._options(ask)
             audio = io.BytesIO(up.data)
             audio.name = up.filename
@@ -122,7 +133,7 @@ class TranscribeHandler(JsonHandler):
             if self._gone:
                 return
             on_segments = self._start_events() if ask.stream else None
-            self._job = self.ctx.host.submit(lambda m: _transcribe(m, samples, opts, ask.vad, on_segments))
+            self._job = self._host.submit(lambda m: _transcribe(m, samples, opts, ask.vad, on_segments))
             segments, info = await self._job
             if self._gone:              # it was already running when the client went away
                 return
@@ -193,7 +204,7 @@ class TranscribeHandler(JsonHandler):
     def _options(self, ask):
         """The TranscribeOptions of `ask`; Reject for what this model cannot do."""
         try:
-            return self.ctx.host.abilities.check(options(
+            return self._host.abilities.check(options(
                 ask.vad, language=ask.language, task=ask.task, max_tokens=self.ctx.config.max_tokens,
                 timestamps=ask.timestamps, temperature=ask.temperature, initial_prompt=ask.prompt,
                 word_timestamps=ask.words, beam_size=ask.beam_size))
@@ -211,7 +222,7 @@ class TranscribeHandler(JsonHandler):
         if not self._finished:      # what the access log says of it (nobody reads the answer)
             self.set_status(499, "Client Closed Request")
         if self._job is not None:
-            self.ctx.host.abandon(self._job)
+            self._host.abandon(self._job)
         self._let_go()
 
     def _let_go(self):
@@ -281,8 +292,8 @@ class InferenceHandler(TranscribeHandler):
 
 
 class OpenAIHandler(TranscribeHandler):
-    """OpenAI's POST /v1/audio/{transcriptions,translations}: `file`, `model` (any name; this
-    server holds one model), `language`, `prompt`, `response_format`, `temperature`,
+    """OpenAI's POST /v1/audio/{transcriptions,translations}: `file`, `model` (one this server
+    holds; OpenAI's own names and none mean the default), `language`, `prompt`, `response_format`, `temperature`,
     `timestamp_granularities[]`, `stream` (server-sent transcript.text.delta events, a window's
     new text each as it is decoded, then transcript.text.done with the whole text and usage)."""
 
@@ -308,4 +319,5 @@ class OpenAIHandler(TranscribeHandler):
         language = None if self.task == "translate" else _language(up.text("language"), cfg.language)
         return Ask(fmt=fmt, language=language, task=self.task, timestamps=timestamps,
                    vad=up.flag("vad", cfg.vad), temperature=up.number("temperature", 0.0, 1.0, 0.0),
-                   prompt=up.text("prompt") or None, words="word" in grains, stream=stream)
+                   prompt=up.text("prompt") or None, words="word" in grains, stream=stream,
+                   model=up.text("model") or None)

@@ -45,6 +45,7 @@ import nwhisper
 from ..abilities import Unsupported
 from ..stream.live import LiveStream
 from ..stream.settings import StreamSettings
+from .handlers import UnknownModel
 from .limits import Busy
 from .wyoming_events import EventError, Frames, FrameError, audio_format, encode, samples, transcribe
 
@@ -109,17 +110,17 @@ class WyomingService:
             c.close()
 
     def info(self):
-        """The `info` event's data: one ASR program with the model this server holds."""
-        host = self.ctx.host
-        a = host.abilities
+        """The `info` event's data: one ASR program with the models this server holds (the
+        default first)."""
         attribution = {"name": "nwhisper", "url": "https://pypi.org/project/nwhisper/"}
-        model = {"name": host.name, "attribution": {"name": "OpenAI",
-                                                    "url": "https://github.com/openai/whisper"},
-                 "installed": True, "description": f"Whisper {host.name} ({host.compute_type})",
-                 "version": None, "languages": list(a.languages) if a.multilingual else ["en"]}
+        hosts = [self.ctx.host] + [h for h in self.ctx.hosts.values() if h is not self.ctx.host]
+        models = [{"name": h.name, "attribution": {"name": "OpenAI", "url": "https://github.com/openai/whisper"},
+                   "installed": True, "description": f"Whisper {h.name} ({h.compute_type})", "version": None,
+                   "languages": list(h.abilities.languages) if h.abilities.multilingual else ["en"]}
+                  for h in hosts]
         program = {"name": "nwhisper", "attribution": attribution, "installed": True,
                    "description": "Whisper on Numba kernels, streaming", "version": nwhisper.__version__,
-                   "models": [model], "supports_transcript_streaming": True,
+                   "models": models, "supports_transcript_streaming": True,
                    "requires_external_vad": not self.own_vad,
                    "prefers_auto_gain_enabled": True, "prefers_noise_reduction_enabled": False}
         return {"asr": [program], "tts": [], "handle": [], "intent": [], "wake": [], "mic": [],
@@ -138,7 +139,7 @@ class Connection:
         self.started = False             # its transcript-start was sent
         self.said = {}                   # seg → the stable text sent as chunks
         self._slot = None
-        self._held = False
+        self._held = None                # the ModelHost a transcription holds
         self.closed = False
 
     # -- the socket ---------------------------------------------------------------------------
@@ -215,7 +216,9 @@ class Connection:
         elif e.type == "transcribe":
             request = transcribe(e.data)
             try:
-                self.ctx.host.abilities.language(request.language)
+                self.ctx.choose(request.name).abilities.language(request.language)
+            except UnknownModel as err:
+                raise EventError(str(err), "unknown-model") from None
             except Unsupported as err:
                 raise EventError(str(err), "unsupported-language") from None
             self.request = request
@@ -233,13 +236,13 @@ class Connection:
             self._slot = self.ctx.slots.enter_now()
         except Busy as err:
             raise EventError(str(err), "server-busy") from None
-        self.ctx.stream_opened()
-        self._held = True
+        self._held = self.ctx.choose(self.request.name)      # the model; checked at `transcribe`
+        self.ctx.stream_opened(self._held)
         r = self.request
         settings = StreamSettings(rate=fmt.rate, lang=r.language, partials=True,
                                   pause_ms=PAUSE_MS[r.vad_sensitivity or "default"],
                                   hotwords=", ".join(r.terms) or None)
-        self.live = LiveStream(self.ctx.host, settings, self._from_stream,
+        self.live = LiveStream(self._held, settings, self._from_stream,
                                language=self.ctx.config.language,
                                max_tokens=self.ctx.config.max_tokens)
         self.state, self.texts, self.started, self.said = AUDIO, [], False, {}
@@ -323,9 +326,9 @@ class Connection:
         if self.live is not None:
             self.live.close()
             self.live = None
-        if self._held:
-            self._held = False
-            self.ctx.stream_closed()
+        if self._held is not None:
+            self.ctx.stream_closed(self._held)
+            self._held = None
         if self._slot is not None:
             self.ctx.slots.leave(self._slot)
             self._slot = None

@@ -9,7 +9,8 @@ itself: `--addr 127.0.0.1:0`, its URL read from its first line):
     secure   tiny.en, --tls (minted) --token          https with the cert trusted, 401s
     narrow   tiny.en, --connections 1 --queue 1       503 when full, and still serving after;
              --unload-after 1                         /health across an unload and a reload
-    polyglot base                                     translation, language detection
+    polyglot base, --model tiny.en, --wyoming tcp://  translation, language detection; two models,
+                                                      each request answered by the one it names
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ def servers(tmp_path_factory):
         "main": (("tiny.en", "--max-upload-mb", "1.5"), {}),
         "secure": (("tiny.en", "--tls", "--tls-dir", str(d / "tls")), {"env": {"NWHISPER_TOKEN": TOKEN}}),
         "narrow": (("tiny.en", "--connections", "1", "--queue", "1", "--unload-after", "1"), {}),
-        "polyglot": (("base",), {}),
+        "polyglot": (("base", "--model", "tiny.en", "--wyoming", "tcp://127.0.0.1:0"), {}),
     })
     servers["tls_dir"] = str(d / "tls")
     yield servers
@@ -467,3 +468,62 @@ def test_full_server_answers_503_and_keeps_serving(servers):
     assert_serves(url)
     h = _health(url)
     assert h["connections"] == {"active": 0, "waiting": 0, "max": 1} and not h["busy"]
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+def test_two_models_each_request_answered_by_the_one_it_names(servers):
+    """base (the default) and tiny.en in one server: English-only tiny.en refuses Dutch, base
+    transcribes it, so which model answered shows in the status of every route."""
+    import asyncio
+
+    import openai
+    from openai import OpenAI
+    from wyoming.client import AsyncTcpClient
+    from wyoming.event import Event
+    from wyoming.info import Describe, Info
+
+    srv = servers["polyglot"]
+    url, dutch = srv.url, os.path.join(FIX, "fillets/nl-vit-v-automat.ogg")
+    with open(dutch, "rb") as f:
+        nl = f.read()
+    with OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0) as client:
+        assert [m.id for m in client.models.list()] == ["base", "tiny.en"]
+        for name in ("base", "whisper-1", "gpt-4o-transcribe", None):    # OpenAI's names: the default
+            kw = {"model": name} if name else {"model": ""}
+            assert client.audio.transcriptions.create(file=("nl.ogg", nl), language="nl", **kw).text.strip()
+        with pytest.raises(openai.BadRequestError) as e:
+            client.audio.transcriptions.create(model="tiny.en", file=("nl.ogg", nl), language="nl")
+        assert "English-only" in e.value.message
+        with pytest.raises(openai.BadRequestError) as e:
+            client.audio.transcriptions.create(model="large-v9", file=("nl.ogg", nl))
+        assert e.value.param == "model" and "this server holds: base, tiny.en" in e.value.message
+
+    def whisper_cpp():
+        return inference(url, [("language", "nl")], data=nl)[0]
+    status, _, body = http(url + "/load", body=b"model=tiny.en", method="POST")
+    assert status == 200 and json.loads(body)["model"] == "tiny.en"
+    assert whisper_cpp() == 400 and _health(url)["model"]["name"] == "tiny.en"
+    status, _, body = http(url + "/load", body=b"model=nope", method="POST")
+    assert status == 400 and "this server holds: base, tiny.en" in json.loads(body)["error"]
+    assert http(url + "/load", body=b"model=base", method="POST")[0] == 200 and whisper_cpp() == 200
+
+    def deepgram(model):
+        return http(url + f"/v1/listen?language=nl&model={model}", body=nl, method="POST",
+                    headers={"Content-Type": "application/octet-stream"})[0]
+    assert [deepgram(m) for m in ("base", "nova-3", "tiny.en", "nope")] == [200, 200, 400, 400]
+
+    async def wyoming():
+        async with AsyncTcpClient("127.0.0.1", int(srv.wyoming().rpartition(":")[2])) as c:
+            await c.write_event(Describe().event())
+            info = Info.from_event(await c.read_event())
+            await c.write_event(Event("transcribe", {"name": "nope"}))
+            refused = await asyncio.wait_for(c.read_event(), 10)
+            return info, refused
+    info, refused = asyncio.run(wyoming())
+    assert [m.name for m in info.asr[0].models] == ["base", "tiny.en"]
+    assert refused.type == "error" and refused.data["code"] == "unknown-model", refused
+
+    h = _health(url)
+    assert [m["name"] for m in h["models"]] == ["base", "tiny.en"]
+    assert all(m["loaded"] and m["rss_mb"] > 10 for m in h["models"]), h["models"]
+    assert srv.output().count("MB of memory") == 2

@@ -228,9 +228,9 @@ def test_startup_notes():
     from nwhisper.server.app import Config, startup_notes
 
     host = types.SimpleNamespace(abilities=Abilities("this model (m)", True, ("en", "fi")))
-    assert startup_notes(Config(host="127.0.0.1"), host) == []
-    notes = startup_notes(Config(host="0.0.0.0", vad=True), host)
+    assert startup_notes(Config(host="127.0.0.1"), [host]) == []
+    notes = startup_notes(Config(host="0.0.0.0", vad=True), [host])
     assert len(notes) == 1 and "WARNING: listening on 0.0.0.0 without a token" in notes[0]
-    assert startup_notes(Config(host="0.0.0.0", token="t"), host) == []
+    assert startup_notes(Config(host="0.0.0.0", token="t"), [host]) == []
     with pytest.raises(ValueError, match="unknown language code 'xx'"):
-        startup_notes(Config(language="xx"), host)
+        startup_notes(Config(language="xx"), [host])
