@@ -85,6 +85,41 @@ def test_first_use_downloads_and_says_so_then_never_again(hub):
     assert "downloading" not in again.stderr and len(hub.requests) == n          # nothing asked
     listed = nwhisper("models").stdout
     assert any(ln.startswith("medium.en") and src.path in ln for ln in listed.splitlines()), listed
+    # huggingface_hub itself takes what we left as whole, offline (faster-whisper's own call)
+    import huggingface_hub
+    assert huggingface_hub.snapshot_download(
+        "Systran/faster-whisper-medium.en", local_files_only=True, cache_dir=os.environ["HF_HUB_CACHE"],
+        allow_patterns=["config.json", "preprocessor_config.json", "model.bin", "tokenizer.json",
+                        "vocabulary.*"]) == src.path
+
+
+def test_what_huggingface_hub_downloaded_is_used_without_asking(hub):
+    import huggingface_hub
+
+    snap = huggingface_hub.snapshot_download("Systran/faster-whisper-small", endpoint=hub.url,
+                                             cache_dir=os.environ["HF_HUB_CACHE"])
+    n = len(hub.requests)
+    assert resolve("small").path == snap
+    run = nwhisper("transcribe", "small", JFK, "--offline")
+    assert run.returncode == 0 and "ask not what your country" in run.stdout, run.stderr
+    assert len(hub.requests) == n
+
+
+def test_serve_and_batch_fetch_on_first_use(hub, tmp_path):
+    from server_process import Server, inference
+
+    srv = Server(str(tmp_path), "hub", "medium.en", env={"HF_ENDPOINT": hub.url}).wait()
+    try:
+        status, _, body = inference(srv.url)
+        assert status == 200 and b"ask not what your country" in body
+        assert "medium.en: downloading Systran/faster-whisper-medium.en" in srv.output()
+    finally:
+        srv.stop()
+    run = nwhisper("batch", JFK, "-o", str(tmp_path / "out"), "-m", "small", "-f", "txt", "--no-progress")
+    assert run.returncode == 0, run.stderr
+    assert run.stderr.count("small: downloading Systran/faster-whisper-small") == 1
+    assert "ask not what your country" in (tmp_path / "out" / "jfk.txt").read_text()
+    assert "offline" in failed(nwhisper("serve", "large-v3", "--offline"))
 
 
 def test_an_interrupted_pull_resumes_where_it_stopped(hub, tmp_path):
