@@ -280,6 +280,27 @@ def silero_vad(be, chunks):
     return [np.asarray(vad.step(c)) for c in chunks]
 
 
+def campplus_tiny(be, windows):
+    """The speaker network's every body (fbank, its 2-D front end, TDNN, CAM dense blocks,
+    statistics pooling) on a tiny random-weight CAM++ (speakers_tiny.py), two windows at once.
+    Its GEMMs run the portable linear_elem: the tiled GEMM's blocks are hundreds of simulator
+    threads each (3 s a product here), and the linear cases above hold the tiled GEMM itself."""
+    from speakers_tiny import DIMS, random_state
+
+    from nwhisper.speakers import weights
+    from nwhisper.speakers.campplus import CAMPPlus
+
+    fast = getattr(be, "fast_paths", None)
+    if fast is not None:
+        be.fast_paths = False
+    try:
+        net = CAMPPlus(be, dims=DIMS, params=weights.fold(random_state(), DIMS))
+        return [net.features(windows), net.embed(windows)]
+    finally:
+        if fast is not None:
+            be.fast_paths = fast
+
+
 CASES = [
     ("layernorm", layernorm, (rand(6, 32) * 3 + 1, rand(32), rand(32))),
     ("gelu", gelu, (rand(5, 16) * 3,)),
@@ -306,6 +327,7 @@ CASES = [
     ("attention_causal", attention, (rand(2, 16), rand(7, 16), rand(7, 16), 2, True, 4)),
     ("log_mel", log_mel, (rand(5 * 4 + 16).astype(np.float64), 8, 5)),
     ("silero_vad", silero_vad, (rand(2, 2, 512) * 0.1,)),
+    ("campplus_tiny", campplus_tiny, (rand(2, 720) * 0.1,)),
     ("attention_decode", attention, (rand(1, 16), rand(8, 16), rand(8, 16), 4, True, 7)),
     ("attention_int8_kv", attention_int8_kv, (rand(2, 16), rand(9, 16), rand(9, 16), 4)),
     ("layernorm_wide_portable", layernorm_portable, (rand(3, 300) * 3 + 1, rand(300), rand(300))),

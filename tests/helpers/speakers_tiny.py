@@ -1,0 +1,29 @@
+"""A tiny CAM++ with random weights, for the tests that need the network's every step but not its
+trained weights (the CUDA simulator runs one Python thread per CUDA thread: the real network's
+~1 G multiply-adds a window would take hours there)."""
+
+import numpy as np
+
+from nwhisper.speakers import weights
+
+# 16 fbank bins (the front end halves them to 2), 4 channels, two dense blocks of two layers
+DIMS = weights.Dims(feat_dim=16, m_channels=4, init_channels=8, growth_rate=4, bn_size=2,
+                    blocks=((2, 3, 1), (2, 3, 2)), embedding_size=6)
+
+
+def random_state(dims=DIMS, seed=43):
+    """A state dict of `dims` in the checkpoint's names: weights scaled by 1/sqrt(fan-in), so
+    activations stay near 1 through the layers; running variances in [0.5, 1.5]."""
+    rng = np.random.default_rng(seed)
+    state = {}
+    for name, shape in weights.spec(dims).items():
+        if name.endswith("running_var"):
+            a = rng.uniform(0.5, 1.5, shape)
+        elif name.endswith("weight") and len(shape) > 1:
+            a = rng.standard_normal(shape) / np.sqrt(np.prod(shape[1:]))
+        elif name.endswith("weight"):              # a norm's scale
+            a = 1 + rng.standard_normal(shape) * 0.3
+        else:
+            a = rng.standard_normal(shape) * 0.3
+        state[name] = a.astype(np.float32)
+    return state
