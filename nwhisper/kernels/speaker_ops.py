@@ -17,6 +17,14 @@ import numpy as np
 
 from nwhisper.kernels._compile import kernel
 
+# The fbank computes in float64, an exception to float32 in nwhisper's kernels as the log-mel is
+# (kernels/spectral.py): a faint band's energy is a small remainder of a frame's large DFT terms,
+# so float32 rounding, in sums ordered differently (the CPU's vectorised ones, a GPU's) or in a
+# multiply-add fused on one side only, moved its log by up to 9e-6 between the two backends (the
+# log turns a relative error into the features' absolute one). In float64 they agree to the
+# float32 result's rounding.
+FLOAT64_BODIES = ("fbank_frame", "center_columns")
+
 
 @kernel
 def fbank_frame(i, audio, out, window, cos_t, sin_t, filters, frame, power, n_frames, hop):
@@ -25,53 +33,55 @@ def fbank_frame(i, audio, out, window, cos_t, sin_t, filters, frame, power, n_fr
     frame's samples audio[w, f·hop : f·hop + L] with its mean removed, pre-emphasised (0.97, the
     first sample against itself), times the Povey window, zero-padded to the DFT's length.
 
-    audio (W, S) f32 in [-1, 1]; out (W, n_frames, n_mels); window (L,); cos_t, sin_t (n_freq, L)
-    the DFT's rows over the frame's L samples (the padding contributes nothing); filters
-    (n_mels, n_freq); scratch frame (W·n_frames, L), power (W·n_frames, n_freq). All f32.
+    audio (W, S) f32 in [-1, 1]; out (W, n_frames, n_mels) f32; window (L,) f32; cos_t, sin_t
+    (n_freq, L) f32, the DFT's rows over the frame's L samples (the padding adds nothing);
+    filters (n_mels, n_freq) f32; scratch frame (W·n_frames, L) f64, power (W·n_frames, n_freq)
+    f64. Computed in float64 (FLOAT64_BODIES says why), rounded to float32 once, at the end.
     """
     w = i // n_frames
     f = i - w * n_frames
     n = frame.shape[1]
     base = f * hop
-    mean = np.float32(0.0)
+    total = 0.0
     for j in range(n):
-        v = audio[w, base + j]
+        v = np.float64(audio[w, base + j])
         frame[i, j] = v
-        mean += v
-    mean = mean / np.float32(n)
+        total += v
+    mean = total / n
     for j in range(n):
         frame[i, j] = frame[i, j] - mean
     # from the end, so that each sample is reduced by its predecessor's value before emphasis
     for j in range(n - 1, 0, -1):
-        frame[i, j] = frame[i, j] - np.float32(0.97) * frame[i, j - 1]
-    frame[i, 0] = frame[i, 0] - np.float32(0.97) * frame[i, 0]
+        frame[i, j] = frame[i, j] - 0.97 * frame[i, j - 1]
+    frame[i, 0] = frame[i, 0] - 0.97 * frame[i, 0]
     for j in range(n):
         frame[i, j] = frame[i, j] * window[j]
     for k in range(cos_t.shape[0]):
-        re = np.float32(0.0)
-        im = np.float32(0.0)
+        re = 0.0
+        im = 0.0
         for j in range(n):
             re += frame[i, j] * cos_t[k, j]
             im += frame[i, j] * sin_t[k, j]
         power[i, k] = re * re + im * im
     for m in range(filters.shape[0]):
-        acc = np.float32(0.0)
+        acc = 0.0
         for k in range(filters.shape[1]):
             acc += filters[m, k] * power[i, k]
-        out[w, f, m] = math.log(max(acc, np.float32(1.1920928955078125e-07)))
+        out[w, f, m] = np.float32(math.log(max(acc, 1.1920928955078125e-07)))
 
 
 @kernel
 def center_columns(i, x):
     """x[w, :, m] -= mean over frames of x[w, :, m], w, m = divmod(i, M): 3D-Speaker's
-    per-window mean normalisation of its features. x (W, T, M) f32, in place."""
+    per-window mean normalisation of its features. x (W, T, M) f32, in place; the mean summed in
+    float64."""
     n_t = x.shape[1]
     w = i // x.shape[2]
     m = i - w * x.shape[2]
-    acc = np.float32(0.0)
+    acc = 0.0
     for t in range(n_t):
         acc += x[w, t, m]
-    mean = acc / np.float32(n_t)
+    mean = np.float32(acc / n_t)
     for t in range(n_t):
         x[w, t, m] = x[w, t, m] - mean
 

@@ -75,8 +75,8 @@ def fbank(be, windows, out=None, n_mels=N_MELS):
         out = be.empty((count, frames, n_mels))
     window, cos_t, sin_t, filters = _tables(be, n_mels)
     rows = count * frames
-    frame = be.scratch("speakers.frame", (rows, FRAME))
-    power = be.scratch("speakers.power", (rows, cos_t.shape[0]))
+    frame = be.scratch("speakers.frame", (rows, FRAME), np.float64)
+    power = be.scratch("speakers.power", (rows, cos_t.shape[0]), np.float64)
     be.launch(fbank_frame, rows, windows, out, window, cos_t, sin_t, filters, frame, power,
               frames, HOP, work=rows * cos_t.size * 2)
     be.launch(center_columns, count * n_mels, out, work=rows * n_mels * 2)

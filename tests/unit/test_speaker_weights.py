@@ -13,7 +13,8 @@ import zipfile
 
 import numpy as np
 import pytest
-from speakers_tiny import DIMS, random_state
+import campplus_numpy
+from speakers_tiny import DIMS, random_state, voices
 
 from nwhisper import backend
 from nwhisper.io.checkpoint import CheckpointError
@@ -129,3 +130,19 @@ def test_fbank_tables_are_kaldis():
     assert filters.shape == (80, 257) and not filters[:, 256].any()
     assert not filters[:, 0].any()          # 0 Hz is below the first band's 20 Hz edge
     assert fbank.n_frames(24000) == 148 and fbank.n_frames(399) == 0
+
+
+@pytest.mark.parametrize("samples", [720, 41600], ids=["3-frames", "2-segments"])
+def test_the_network_is_3d_speakers_in_numpy(samples):
+    """The tiny network against campplus_numpy.py (unfolded, channels first, float64) on the same
+    features: 41600 samples are 129 TDNN frames, two context segments of CAMLayer's 100."""
+    state = random_state()
+    net = CAMPPlus(backend.get("cpu"), dims=DIMS, params=weights.fold(state, DIMS))
+    x = voices(3, samples)
+    feats = net.features(x)
+    ours = net.embed(x)
+    assert np.abs(ours - ours[0]).max() > 0.05 * np.abs(ours).max()      # the windows differ
+    for i in range(len(x)):
+        want = campplus_numpy.embed(state, feats[i], DIMS)
+        err = np.abs(ours[i] - want).max() / np.abs(want).max()
+        assert err < 1e-5, (i, err)
