@@ -292,21 +292,21 @@ def speakers_fbank(be, windows):
 def campplus_tiny(be, windows):
     """The speaker network's every body (fbank, its 2-D front end, TDNN, CAM dense blocks,
     statistics pooling) on a tiny random-weight CAM++ (speakers_tiny.py), two windows at once:
-    their embeddings. Its GEMMs run the portable linear_elem: the tiled GEMM's blocks are
-    hundreds of simulator threads each (3 s a product here), and the linear cases above hold the
-    tiled GEMM itself."""
+    their embeddings. Under the simulator its GEMMs run the portable linear_elem: the tiled
+    GEMM's blocks are hundreds of simulator threads each (3 s a product), and the linear cases
+    above hold the tiled GEMM itself; a real GPU runs its fast paths."""
     from nwhisper.speakers import weights
     from nwhisper.speakers.campplus import CAMPPlus
 
-    fast = getattr(be, "fast_paths", None)
-    if fast is not None:
+    simulated = getattr(be, "simulator", False)
+    if simulated:
         be.fast_paths = False
     try:
         net = CAMPPlus(be, dims=SPEAKERS_TINY, params=weights.fold(random_state(), SPEAKERS_TINY))
         return [net.embed(windows)]
     finally:
-        if fast is not None:
-            be.fast_paths = fast
+        if simulated:
+            be.fast_paths = True
 
 
 CASES = [
