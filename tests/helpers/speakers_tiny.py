@@ -1,6 +1,6 @@
 """A tiny CAM++ with random weights, and test signals for it, for the tests that need the
 network's every step but not its trained weights (the CUDA simulator runs one Python thread per
-CUDA thread: the real network's ~1 G multiply-adds a window would take hours there)."""
+CUDA thread: the real network's 0.8 G multiply-adds a 1.5 s window would take hours there)."""
 
 import numpy as np
 
