@@ -19,6 +19,7 @@ from speakers_tiny import DIMS, random_state, voices
 from nwhisper import backend
 from nwhisper.io.checkpoint import CheckpointError
 from nwhisper.speakers import fbank, weights
+from nwhisper.speakers import campplus
 from nwhisper.speakers.campplus import CAMPPlus
 
 
@@ -146,3 +147,12 @@ def test_the_network_is_3d_speakers_in_numpy(samples):
         want = campplus_numpy.embed(state, feats[i], DIMS)
         err = np.abs(ours[i] - want).max() / np.abs(want).max()
         assert err < 1e-5, (i, err)
+
+
+def test_chunks_of_windows_embed_as_one_batch(monkeypatch):
+    """Windows beyond CHUNK_FRAMES' worth go in further launches; each gets what it gets alone."""
+    net = CAMPPlus(backend.get("cpu"), dims=DIMS, params=weights.fold(random_state(), DIMS))
+    x = voices(5, 1200)
+    whole = net.embed(x)
+    monkeypatch.setattr(campplus, "CHUNK_FRAMES", 2 * fbank.n_frames(1200))
+    assert np.abs(net.embed(x) - whole).max() <= 1e-6 * np.abs(whole).max()
