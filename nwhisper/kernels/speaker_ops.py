@@ -87,21 +87,20 @@ def center_columns(i, x):
 
 
 @kernel
-def im2col2d_row(r, x, cols, f_out, k, stride_f, r0):
+def im2col2d_row(r, x, cols, f_out, k, stride_f):
     """cols[r, (kt·k + kf)·C + c] = x[w, t + kt − p, fo·stride_f + kf − p, c] or 0 outside,
-    (w, t, fo) the position r0 + r in (W, T, f_out) order, p = (k − 1) / 2: one output position
-    of a k×k convolution, padding p, stride (stride_f, 1) over (frequency, time); r0: the first
-    position of a block of them.
+    (w, t, fo) the position r in (W, T, f_out) order, p = (k − 1) / 2: one output position of a
+    k×k convolution, padding p, stride (stride_f, 1) over (frequency, time).
 
-    x (W, T, F_in, C) f32; cols (rows, k·k·C) f32; the weights it multiplies are
+    x (W, T, F_in, C) f32; cols (W·T·f_out, k·k·C) f32; the weights it multiplies are
     (C_out, kt, kf, C), nwhisper.speakers.campplus puts them so.
     """
     n_t = x.shape[1]
     f_in = x.shape[2]
     n_c = x.shape[3]
     pad = (k - 1) // 2
-    fo = (r0 + r) % f_out
-    wt = (r0 + r) // f_out
+    fo = r % f_out
+    wt = r // f_out
     t = wt % n_t
     w = wt // n_t
     j = 0

@@ -39,13 +39,9 @@ from nwhisper.speakers import weights
 
 SEG_LEN = 100               # CAMLayer's segment pooling: 100 frames (2 s at the TDNN's 20 ms)
 MIN_FRAMES = 3              # fbank frames for two TDNN frames: the deviation's least
-# Windows run together while their fbank frames stay within this: a device's im2col of the
-# front end then takes ~2048 x 40 x 288 floats (94 MB), its activations ~2048 x 80 x 32 each.
+# Windows run together while their fbank frames stay within this: the front end's im2col
+# then takes ~2048 x 40 x 288 floats (94 MB).
 CHUNK_FRAMES = 2048
-# On the host a 2-D convolution's im2col and GEMM go this many output positions at a time, so
-# that the GEMM reads the columns from the cache im2col just wrote them to (2.4 MB for 32
-# channels), rather than from memory; a device runs each as one launch.
-BLOCK_ROWS = 2048
 
 
 class CAMPPlus:
@@ -133,13 +129,10 @@ class CAMPPlus:
         k = int(round((w.shape[1] // c) ** 0.5))
         f_out = (f_in - 1) // stride_f + 1
         rows = n * t * f_out
+        cols = be.workspace((rows, k * k * c))
+        be.launch(im2col2d_row, rows, x, cols, f_out, k, stride_f, work=cols.size)
         out = be.scratch(out_name, (rows, w.shape[0]))
-        block = min(rows, BLOCK_ROWS) if be.on_host else rows
-        for r0 in range(0, rows, block):
-            m = min(block, rows - r0)
-            cols = be.workspace((m, k * k * c))
-            be.launch(im2col2d_row, m, x, cols, f_out, k, stride_f, r0, work=cols.size)
-            self._linear(cols, module, out[r0:r0 + m], relu)
+        self._linear(cols, module, out, relu)
         return out.reshape(n, t, f_out, w.shape[0])
 
     def _head(self, feats):

@@ -150,13 +150,9 @@ def test_the_network_is_3d_speakers_in_numpy(samples):
 
 
 def test_chunks_of_windows_embed_as_one_batch(monkeypatch):
-    """Windows beyond CHUNK_FRAMES' worth go in further launches, and the host's convolutions
-    in blocks of BLOCK_ROWS positions (here not a whole number of windows, frames or bands):
-    each window gets what it gets in one launch."""
+    """Windows beyond CHUNK_FRAMES' worth go in further launches; each gets what it gets alone."""
     net = CAMPPlus(backend.get("cpu"), dims=DIMS, params=weights.fold(random_state(), DIMS))
     x = voices(5, 1200)
-    monkeypatch.setattr(campplus, "BLOCK_ROWS", 10 ** 9)
     whole = net.embed(x)
     monkeypatch.setattr(campplus, "CHUNK_FRAMES", 2 * fbank.n_frames(1200))
-    monkeypatch.setattr(campplus, "BLOCK_ROWS", 37)
     assert np.abs(net.embed(x) - whole).max() <= 1e-6 * np.abs(whole).max()
