@@ -17,6 +17,9 @@ CPU's int8 GEMM (gemm_int8.py), register-tiled decoder products (linear_tiles.py
 int8 attention (attention_blocked.py), and _cuda_fast.py's tiled GEMM, GEMV and block-per-row
 softmax on CUDA.
 
+Bodies whose ops live with their network: vad_ops.py (nwhisper.vad.silero) and speaker_ops.py
+(nwhisper.speakers: fbank and CAM++).
+
 `from nwhisper.kernels import attention` gives the op, not the module: import other names from
 `nwhisper.kernels.attention` directly.
 """

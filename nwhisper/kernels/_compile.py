@@ -37,7 +37,7 @@ import os
 import types
 
 # Modules of nwhisper.kernels that hold bodies, in the order their launchers are written.
-BODY_MODULES = ("norm", "activation", "reduce", "pick", "elementwise", "conv", "matmul", "attention", "spectral", "vad_ops")
+BODY_MODULES = ("norm", "activation", "reduce", "pick", "elementwise", "conv", "matmul", "attention", "spectral", "vad_ops", "speaker_ops")
 # Modules whose functions bodies call: compiled into the launchers too, so part of the digest.
 HELPER_MODULES = ("widen", "vecmath")
 

@@ -34,6 +34,7 @@ from nwhisper.backend import Backend  # noqa: E402
 from nwhisper import kernels as K  # noqa: E402
 from nwhisper.kernels.matmul import linear_elem  # noqa: E402
 from nwhisper.kernels.reduce import softmax_row  # noqa: E402
+from speakers_tiny import DIMS as SPEAKERS_TINY, random_state, voices  # noqa: E402
 
 TOL = 5e-6  # relative: f32 on both sides, only the summation order differs (the CPU reassociates)
 
@@ -280,6 +281,34 @@ def silero_vad(be, chunks):
     return [np.asarray(vad.step(c)) for c in chunks]
 
 
+def speakers_fbank(be, windows):
+    """The speaker network's Kaldi fbank (80 bands, mean-normalised per window), two windows of a
+    tone in noise: its faint bands are where float32 arithmetic would differ (speaker_ops.py)."""
+    from nwhisper.speakers.fbank import fbank
+
+    return [be.download(fbank(be, be.upload(windows)))]
+
+
+def campplus_tiny(be, windows):
+    """The speaker network's every body (fbank, its 2-D front end, TDNN, CAM dense blocks,
+    statistics pooling) on a tiny random-weight CAM++ (speakers_tiny.py), two windows at once:
+    their embeddings. Under the simulator its GEMMs run the portable linear_elem: the tiled
+    GEMM's blocks are hundreds of simulator threads each (3 s a product), and the linear cases
+    above hold the tiled GEMM itself; a real GPU runs its fast paths."""
+    from nwhisper.speakers import weights
+    from nwhisper.speakers.campplus import CAMPPlus
+
+    simulated = getattr(be, "simulator", False)
+    if simulated:
+        be.fast_paths = False
+    try:
+        net = CAMPPlus(be, dims=SPEAKERS_TINY, params=weights.fold(random_state(), SPEAKERS_TINY))
+        return [net.embed(windows)]
+    finally:
+        if simulated:
+            be.fast_paths = True
+
+
 CASES = [
     ("layernorm", layernorm, (rand(6, 32) * 3 + 1, rand(32), rand(32))),
     ("gelu", gelu, (rand(5, 16) * 3,)),
@@ -306,6 +335,8 @@ CASES = [
     ("attention_causal", attention, (rand(2, 16), rand(7, 16), rand(7, 16), 2, True, 4)),
     ("log_mel", log_mel, (rand(5 * 4 + 16).astype(np.float64), 8, 5)),
     ("silero_vad", silero_vad, (rand(2, 2, 512) * 0.1,)),
+    ("speakers_fbank", speakers_fbank, (voices(2, 720, seed=6),)),
+    ("campplus_tiny", campplus_tiny, (voices(2, 720),)),
     ("attention_decode", attention, (rand(1, 16), rand(8, 16), rand(8, 16), 4, True, 7)),
     ("attention_int8_kv", attention_int8_kv, (rand(2, 16), rand(9, 16), rand(9, 16), 4)),
     ("layernorm_wide_portable", layernorm_portable, (rand(3, 300) * 3 + 1, rand(300), rand(300))),
@@ -413,6 +444,7 @@ def compile_ptx(signatures_path, part=0, parts=1):
 
     from nwhisper.kernels import _compile, _cuda_fast
     from nwhisper.kernels.spectral import FLOAT64_BODIES
+    from nwhisper.kernels.speaker_ops import FLOAT64_BODIES as SPEAKER_FLOAT64_BODIES
     from nwhisper.kernels._compile import for_cuda
 
     def numba_type(d):
@@ -458,8 +490,9 @@ def compile_ptx(signatures_path, part=0, parts=1):
             report["errors"][label] = str(e).splitlines()[0][:300]
             continue
         report["compiled"] += 1
-        # the log-mel's bodies are float64 on purpose (kernels/spectral.py says why)
-        if ".f64" in ptx and label.split("(")[0] not in FLOAT64_BODIES:
+        # the log-mel's and the speakers' fbank's bodies are float64 on purpose (kernels/spectral.py
+        # and kernels/speaker_ops.py say why)
+        if ".f64" in ptx and label.split("(")[0] not in FLOAT64_BODIES + SPEAKER_FLOAT64_BODIES:
             report["f64"].append(label)
     print("REPORT " + json.dumps(report), flush=True)
     return 1 if report["errors"] or report["f64"] else 0

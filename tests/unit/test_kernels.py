@@ -948,10 +948,11 @@ def test_cpu_bodies_compute_in_float32():
     import numba
 
     from nwhisper.kernels import _launch_cpu
-    from nwhisper.kernels.spectral import FLOAT64_BODIES
+    from nwhisper.kernels import speaker_ops, spectral
     seen = 0
     for name, body in _compile.bodies().items():
-        if name in FLOAT64_BODIES:      # the log-mel needs float64 (kernels/spectral.py says why)
+        # the log-mel and the speakers' fbank need float64 (kernels/spectral.py says why)
+        if name in spectral.FLOAT64_BODIES + speaker_ops.FLOAT64_BODIES:
             continue
         fresh = numba.njit(body)
         for sig in getattr(_launch_cpu, name).signatures:

