@@ -50,8 +50,10 @@ def options(vad=False, formats=(), **asked):
         raise TypeError(f"transcribe() got an unknown option {unknown[0]!r}; the options are "
                         f"TranscribeOptions' fields")
     asked = {k: v for k, v in asked.items() if v is not None or k not in _DEFAULT_FOR_NONE}
-    if needs_timestamps(formats):
+    if needs_timestamps(formats) or asked.get("diarize"):     # a speaker is found by the times
         asked["timestamps"] = True
+    if "rttm" in formats and not asked.get("diarize"):
+        raise ValueError("the rttm format is the speaker turns: it needs diarize (--diarize)")
     opts = TranscribeOptions(**asked)
     if opts.batch_size > 1 and vad not in (None, False, True, "silero"):
         raise ValueError("batch_size > 1 cuts the speech into chunks with Silero; vad cannot "

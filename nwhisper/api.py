@@ -19,6 +19,7 @@ from .abilities import Abilities, options as transcribe_options
 from .io.hub import locate
 from .io.registry import DEFAULT_MODEL, read
 from .model import Whisper
+from .speakers.diarize import assign
 from .tokenizer import Tokenizer
 from .transcribe import Transcriber
 
@@ -36,6 +37,7 @@ class WhisperModel:
         ck.release_pages()
         _trim_heap()
         self._transcriber = Transcriber(self.model, self.tokenizer, ck)
+        self._diarizer = None
 
     def encode(self, audio):
         """Encoder states of the first 30 s of `audio` (path, bytes or 16 kHz samples),
@@ -86,7 +88,9 @@ class WhisperModel:
         fewer than the model's 30 s encode only audio_ctx · 20 ms, for audio that fits in it: a
         live stream's drafts), batch_size (> 1: faster-whisper's batched mode — the speech cut by
         Silero into chunks of at most 30 s, each decoded as its own window with no previous
-        text, that many at once; greedy; timestamps and word timings kept).
+        text, that many at once; greedy; timestamps and word timings kept), diarize (who spoke:
+        each segment and word gets a speaker, SPEAKER_00 …, and info.speaker_turns the turns;
+        speakers/diarize.py) with num_speakers, or min_speakers/max_speakers.
         vad: transcribe only the speech, joined, with times on the recording's clock — True or
         "silero" (Silero VAD with faster-whisper's vad_filter options: threshold 0.5,
         min_silence 2000 ms, speech_pad 400 ms), "energy" (the energy detector), a detector
@@ -102,8 +106,23 @@ class WhisperModel:
                 raise TypeError("transcribe() takes TranscribeOptions or its fields as keywords, not both")
             fields = dataclasses.asdict(options)
         opts = self.abilities.check(transcribe_options(vad, **fields))
-        return self._transcriber.transcribe(sources.of(audio, vad, opts.batch_size), opts, progress=progress,
-                                            on_segments=on_segments, cancelled=cancelled)
+        if opts.diarize:        # the speakers need the whole recording before its first segment
+            audio = sources.samples_of(audio)
+            turns = self.diarizer()(audio, opts.num_speakers, opts.min_speakers, opts.max_speakers)
+        segments, info = self._transcriber.transcribe(sources.of(audio, vad, opts.batch_size), opts,
+                                                      progress=progress, on_segments=on_segments,
+                                                      cancelled=cancelled)
+        if opts.diarize:
+            info.speaker_turns = [(t.start, t.end, t.name) for t in turns]
+            segments = assign(segments, turns)
+        return segments, info
+
+    def diarizer(self):
+        """The speaker network on this model's backend (loaded on first use)."""
+        if self._diarizer is None:
+            from .speakers.diarize import Diarizer
+            self._diarizer = Diarizer(self.backend)
+        return self._diarizer
 
 
 def load(name_or_path=DEFAULT_MODEL, device="auto", compute_type="float32", offline=None):

@@ -33,6 +33,7 @@ class Segment:
     temperature: float = 0.0
     compression_ratio: float = 0.0
     words: list | None = None     # [Word] with word timestamps
+    speaker: str | None = None    # with diarize: SPEAKER_00, SPEAKER_01 … (by first appearance)
 
 
 @dataclass
@@ -41,6 +42,7 @@ class Word:
     end: float
     word: str
     probability: float
+    speaker: str | None = None
 
 
 @dataclass(frozen=True)
@@ -70,6 +72,10 @@ class TranscribeOptions:
                                                 # audio_ctx · 20 ms (short-form only)
     batch_size: int = 1                         # > 1: the speech cut into chunks of ≤ 30 s, that many
                                                 # decoded at once (sources.chunks)
+    diarize: bool = False                       # who spoke: each segment's (and word's) speaker
+    num_speakers: int | None = None             # with diarize: how many (None: estimated ...
+    min_speakers: int | None = None             # ... within these bounds)
+    max_speakers: int | None = None
     prepend_punctuations: str = "\"'“¿([{-"
     append_punctuations: str = "\"'.。,，!！?？:：”)]}、"
 
@@ -96,6 +102,16 @@ class TranscribeOptions:
             if self.hallucination_silence_threshold is not None or self.audio_ctx is not None:
                 raise ValueError("batch_size > 1 decodes each chunk as one window: no "
                                  "hallucination_silence_threshold, no audio_ctx")
+        counts = {k: getattr(self, k) for k in ("num_speakers", "min_speakers", "max_speakers")}
+        if any(v is not None for v in counts.values()) and not self.diarize:
+            raise ValueError("num_speakers, min_speakers and max_speakers go with diarize=True")
+        for k, v in counts.items():
+            if v is not None and not (isinstance(v, int) and v >= 1):
+                raise ValueError(f"{k} must be a whole number ≥ 1, not {v!r}")
+        if self.num_speakers is not None and (self.min_speakers or self.max_speakers):
+            raise ValueError("give num_speakers, or min_speakers/max_speakers, not both")
+        if self.min_speakers and self.max_speakers and self.min_speakers > self.max_speakers:
+            raise ValueError(f"min_speakers ({self.min_speakers}) is more than max_speakers ({self.max_speakers})")
         if self.hotwords is not None and not isinstance(self.hotwords, str):
             raise ValueError(f"hotwords is a string of words, not {type(self.hotwords).__name__}")
         if self.hallucination_silence_threshold is not None:
@@ -122,6 +138,7 @@ class TranscriptionInfo:
     all_language_probs: dict | None = None
     duration_after_vad: float | None = None
     speech_regions: list = field(default_factory=list)   # [(start_s, end_s)] with vad
+    speaker_turns: list = field(default_factory=list)    # [(start_s, end_s, speaker)] with diarize
 
 
 @dataclass

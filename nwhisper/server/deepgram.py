@@ -96,7 +96,7 @@ class ListenHandler(TranscribeHandler):
             opts = self._host.abilities.check(options(
                 language=ask.language if ask.language is not None else cfg.language,
                 max_tokens=cfg.max_tokens, timestamps=True, word_timestamps=True,
-                hotwords=ask.hotwords))
+                hotwords=ask.hotwords, diarize=ask.diarize or None))
             self._job = self._host.submit(lambda m: [_transcribe(m, x, opts) for x in channels])
             results = await self._job
             if self._gone:

@@ -20,7 +20,8 @@ and the fuzz tests call them alike.
 | endpointing (live) | the closing pause in ms (at least 200); false or none: the pause learned from the speaker |
 | utterance_end_ms, vad_events (live) | UtteranceEnd after that much audio past the last word; SpeechStarted |
 | tag, extra, version, mip_opt_out, profanity_filter, numerals, filler_words, dictation, measurements, language_hint, tier | accepted (they change nothing here) |
-| redact, replace, search, diarize, summarize, topics, intents, sentiment, detect_entities, paragraphs, callback … | refused with a 400 naming them: they would change the answer, and this server does not do them |
+| diarize | each word's `speaker` (0, 1 … by first appearance), each utterance's; pre-recorded only |
+| redact, replace, search, summarize, topics, intents, sentiment, detect_entities, paragraphs, callback … | refused with a 400 naming them: they would change the answer, and this server does not do them |
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ import numpy as np
 
 from ..io.g711 import alaw_decode, ulaw_decode
 
-REFUSED = ("redact", "replace", "search", "diarize", "diarize_model", "summarize", "topics",
+REFUSED = ("redact", "replace", "search", "diarize_model", "summarize", "topics",
            "custom_topic", "custom_topic_mode", "intents", "custom_intent", "custom_intent_mode",
            "sentiment", "detect_entities", "paragraphs", "callback", "callback_method", "utt_split_ms")
 ACCEPTED = ("tag", "extra", "version", "mip_opt_out", "profanity_filter", "numerals",
@@ -69,6 +70,7 @@ class ListenAsk:
     encoding: str | None = None       # raw audio bodies
     sample_rate: int | None = None
     channels: int = 1
+    diarize: bool = False
 
 
 def _one(args, name):
@@ -138,7 +140,7 @@ def listen_params(args):
         utt_split=_number(args, "utt_split", 0.0, 60.0) or UTT_SPLIT_S,
         hotwords=", ".join(dict.fromkeys(terms)) or None, multichannel=_bool(args, "multichannel"),
         model=_one(args, "model"), encoding=encoding, sample_rate=rate,
-        channels=_number(args, "channels", 1, 32, whole=True) or 1)
+        channels=_number(args, "channels", 1, 32, whole=True) or 1, diarize=_bool(args, "diarize"))
 
 
 @dataclass(frozen=True)
@@ -156,6 +158,8 @@ def live_params(args):
     ones."""
     if _bool(args, "multichannel"):
         raise DeepgramError("multichannel is pre-recorded only here: a live stream's channels are mixed")
+    if _bool(args, "diarize"):
+        raise DeepgramError("diarize is pre-recorded only here: send the recording to POST /v1/listen")
     ask = listen_params(args)
     ep = _one(args, "endpointing")
     pause = None
@@ -192,7 +196,7 @@ def plain(word):
     return re.sub(r"^[^\w']+|[^\w']+$", "", word.strip().lower())
 
 
-def words_of(segments, ask, speaker=None):
+def words_of(segments, ask):
     out = []
     for s in segments:
         for w in s.words or []:
@@ -201,6 +205,8 @@ def words_of(segments, ask, speaker=None):
                 continue                           # a lone mark: no word of its own
             d = {"word": bare, "start": round(w.start, 3), "end": round(w.end, 3),
                  "confidence": round(float(w.probability), 4)}
+            if ask.diarize and w.speaker is not None:
+                d["speaker"] = int(w.speaker.rsplit("_", 1)[1])
             if ask.punctuate:
                 d["punctuated_word"] = w.word.strip()
             out.append(d)
@@ -222,10 +228,11 @@ def alternative(segments, ask):
 
 
 def utterances(words, channel, ask):
-    """The words cut at pauses of ask.utt_split s or more."""
+    """The words cut at pauses of ask.utt_split s or more, and where the speaker changes."""
     groups, out = [], []
     for w in words:
-        if groups and w["start"] - groups[-1][-1]["end"] < ask.utt_split:
+        if (groups and w["start"] - groups[-1][-1]["end"] < ask.utt_split
+                and w.get("speaker") == groups[-1][-1].get("speaker")):
             groups[-1].append(w)
         else:
             groups.append([w])
@@ -233,6 +240,8 @@ def utterances(words, channel, ask):
         out.append({"start": g[0]["start"], "end": g[-1]["end"], "confidence": _confidence(g),
                     "channel": channel, "transcript": _text(g, ask.punctuate), "words": g,
                     "id": str(uuid.uuid4())})
+        if "speaker" in g[0]:
+            out[-1]["speaker"] = g[0]["speaker"]
     return out
 
 

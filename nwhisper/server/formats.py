@@ -1,4 +1,4 @@
-"""Response bodies: the five `response_format`s both HTTP APIs speak.
+"""Response bodies: the `response_format`s both HTTP APIs speak.
 
     body, content_type = render("srt", segments, info, task="transcribe")
 
@@ -14,6 +14,9 @@ verbose_json  OpenAI's TranscriptionVerbose: task, language (the full English na
               at the top level) when word timestamps were asked for and the model made them.
               whisper.cpp's extra fields (detected_language, detected_language_probability,
               language_probabilities) are added by the /inference route.
+diarized_json OpenAI's TranscriptionDiarized: task, duration, text, segments [{type:
+              "transcript.text.segment", id ("seg_0" …), start, end, text, speaker ("A", "B" …
+              by first appearance)}], usage (the audio's seconds). Asking for it diarizes.
 """
 
 from __future__ import annotations
@@ -23,13 +26,15 @@ import json
 from ..records import compression_ratio
 from ..tokenizer import LANGUAGE_CODES
 
-FORMATS = ("json", "text", "srt", "vtt", "verbose_json")
+FORMATS = ("json", "text", "srt", "vtt", "verbose_json", "diarized_json")
 # the file format (nwhisper.writers) each one shows as much as: json and text are only the text
-AS_WRITTEN = {"json": "txt", "text": "txt", "srt": "srt", "vtt": "vtt", "verbose_json": "json"}
+AS_WRITTEN = {"json": "txt", "text": "txt", "srt": "srt", "vtt": "vtt", "verbose_json": "json",
+              "diarized_json": "json"}
 
 CONTENT_TYPES = {
     "json": "application/json",
     "verbose_json": "application/json",
+    "diarized_json": "application/json",
     "text": "text/plain; charset=utf-8",
     "srt": "application/x-subrip; charset=utf-8",
     "vtt": "text/vtt; charset=utf-8",
@@ -70,6 +75,8 @@ def verbose(segments, info, task, temperature=0.0):
             "compression_ratio": getattr(s, "compression_ratio", None) or compression_ratio(s.text),
             "no_speech_prob": s.no_speech_prob,
         })
+        if getattr(s, "speaker", None):
+            out[-1]["speaker"] = s.speaker
         if getattr(s, "words", None):
             out[-1]["words"] = [_word(w) for w in s.words]
     d = {"task": task, "language": LANGUAGE_NAMES.get(info.language, info.language),
@@ -77,6 +84,21 @@ def verbose(segments, info, task, temperature=0.0):
     if any("words" in s for s in out):         # OpenAI lists the words once, at the top level
         d["words"] = [w for s in out for w in s.get("words", ())]
     return d
+
+
+def speaker_letter(name):
+    """SPEAKER_00 → "A", SPEAKER_01 → "B" … (OpenAI's labels); past Z, "S27" and on."""
+    k = int(name.rsplit("_", 1)[1])
+    return chr(ord("A") + k) if k < 26 else f"S{k + 1}"
+
+
+def diarized(segments, info):
+    """OpenAI's diarized_json as a dict."""
+    out = [{"type": "transcript.text.segment", "id": f"seg_{i}", "start": s.start, "end": s.end,
+            "text": s.text.strip(), "speaker": speaker_letter(s.speaker)}
+           for i, s in enumerate(x for x in segments if x.text.strip() and x.speaker)]
+    return {"task": "transcribe", "duration": info.duration, "text": transcript(segments),
+            "segments": out, "usage": {"type": "duration", "seconds": info.duration}}
 
 
 def _word(w):
@@ -92,6 +114,8 @@ def render(fmt, segments, info, task="transcribe", extra=None):
         d = verbose(segments, info, task)
         d.update(extra or {})
         body = json.dumps(d, ensure_ascii=False)
+    elif fmt == "diarized_json":
+        body = json.dumps(diarized(segments, info), ensure_ascii=False)
     elif fmt in ("text", "srt", "vtt"):
         from .. import writers      # the CLI's writers, so files and responses agree
 

@@ -44,6 +44,7 @@ class Ask:
     beam_size: int | None = None
     stream: bool = False             # OpenAI's stream=true: server-sent text deltas, then done
     model: str | None = None         # the model named (None: the server's default)
+    diarize: bool = False            # who spoke (OpenAI's diarized_json)
 
 
 def openai_name(name):
@@ -207,7 +208,7 @@ class TranscribeHandler(JsonHandler):
             return self._host.abilities.check(options(
                 ask.vad, language=ask.language, task=ask.task, max_tokens=self.ctx.config.max_tokens,
                 timestamps=ask.timestamps, temperature=ask.temperature, initial_prompt=ask.prompt,
-                word_timestamps=ask.words, beam_size=ask.beam_size))
+                word_timestamps=ask.words, beam_size=ask.beam_size, diarize=ask.diarize or None))
         except Unsupported as e:
             raise Reject(400, str(e), e.param)
 
@@ -263,8 +264,8 @@ def _beam(up):
 
 class InferenceHandler(TranscribeHandler):
     """whisper.cpp's POST /inference: `file`, `language`, `response_format`, `temperature`,
-    `translate`, `no_timestamps`, `beam_size`, `prompt`, `token_timestamps`, plus nwhisper's
-    `timestamps` and `vad`. Other whisper.cpp fields (best_of, thresholds, offsets …) are
+    `translate`, `no_timestamps`, `beam_size`, `prompt`, `token_timestamps`, `diarize` (here by
+    speaker embeddings, on any recording), plus nwhisper's `timestamps` and `vad`. Other whisper.cpp fields (best_of, thresholds, offsets …) are
     accepted and ignored."""
 
     def ask(self, up):
@@ -282,7 +283,8 @@ class InferenceHandler(TranscribeHandler):
                    task="translate" if up.flag("translate", False) else "transcribe",
                    timestamps=timestamps, vad=up.flag("vad", cfg.vad),
                    temperature=up.number("temperature", 0.0, 1.0, 0.0),
-                   prompt=up.text("prompt") or None, words=words, beam_size=_beam(up))
+                   prompt=up.text("prompt") or None, words=words, beam_size=_beam(up),
+                   diarize=up.flag("diarize", False) or fmt == "diarized_json")
 
     def extra(self, ask, info):
         probs = getattr(info, "all_language_probs", None) or {}
@@ -320,4 +322,4 @@ class OpenAIHandler(TranscribeHandler):
         return Ask(fmt=fmt, language=language, task=self.task, timestamps=timestamps,
                    vad=up.flag("vad", cfg.vad), temperature=up.number("temperature", 0.0, 1.0, 0.0),
                    prompt=up.text("prompt") or None, words="word" in grains, stream=stream,
-                   model=up.text("model") or None)
+                   model=up.text("model") or None, diarize=fmt == "diarized_json")

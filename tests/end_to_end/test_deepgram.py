@@ -151,7 +151,7 @@ def test_detect_language_is_reported(client):
 
 @pytest.mark.parametrize("kw, status, says", [
     ({"redact": "pci"}, 400, "does not do redact"),
-    ({"search": ["dog"], "diarize": True}, 400, "does not do diarize, search"),
+    ({"search": ["dog"], "redact": "pci"}, 400, "does not do redact, search"),
     ({"request_options": {"additional_query_parameters": {"encoding": "speex"}}}, 400, "encoding 'speex'"),
     ({"request_options": {"additional_query_parameters": {"encoding": "linear16"}}}, 400, "sample_rate"),
     ({"language": "english please"}, 400, "language takes a code"),

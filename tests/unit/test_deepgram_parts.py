@@ -47,6 +47,7 @@ def test_live_parameters():
     assert live_params(q(encoding="opus")).listen.encoding == "opus"
     for args, says in [(q(encoding="speex"), "encoding 'speex'"),
                        (q(encoding="linear16", sample_rate="16000", multichannel="true"), "pre-recorded only"),
+                       (q(encoding="linear16", sample_rate="16000", diarize="true"), "diarize is pre-recorded only"),
                        (q(encoding="linear16", sample_rate="16000", endpointing="soon"), "endpointing")]:
         with pytest.raises(DeepgramError, match=says):
             live_params(args)
@@ -59,6 +60,7 @@ def test_parameters_read():
     assert (a.language, a.punctuate, a.utterances, a.utt_split, a.model) == ("en-us", True, True, 1.5, "nova-3")
     assert a.hotwords == "Zorblax, Vintrella, Quenteroth" and not a.multichannel
     assert listen_params(q(smart_format="true")).punctuate
+    assert listen_params(q(diarize="true")).diarize and not listen_params(q()).diarize
     assert listen_params(q(language="multi")).language is None
     raw = listen_params(q(encoding="mulaw", sample_rate="8000", channels="2"))
     assert (raw.encoding, raw.sample_rate, raw.channels) == ("mulaw", 8000, 2)
