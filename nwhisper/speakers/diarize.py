@@ -50,10 +50,12 @@ def speaker_name(k):
 class Diarizer:
     """The speaker network on a backend, and the steps around it."""
 
-    def __init__(self, be=None, weights_path=None):
+    def __init__(self, be=None, weights_path=None, download=False):
+        """download: fetch the weights when they are nowhere here (fetch.py), saying so."""
         from .campplus import CAMPPlus
+        from .fetch import find
 
-        self.net = CAMPPlus(be, weights_path)
+        self.net = CAMPPlus(be, find(weights_path, download))
 
     def __call__(self, samples, num_speakers=None, min_speakers=None, max_speakers=None, regions=None):
         """samples: 16 kHz mono float32; regions: [(start, end)] in samples (default Silero's)."""
