@@ -19,7 +19,6 @@ from .abilities import Abilities, options as transcribe_options
 from .io.hub import locate, offline_by_default
 from .io.registry import DEFAULT_MODEL, read
 from .model import Whisper
-from .speakers.diarize import assign
 from .tokenizer import Tokenizer
 from .transcribe import Transcriber
 
@@ -114,6 +113,7 @@ class WhisperModel:
                                                       progress=progress, on_segments=on_segments,
                                                       cancelled=cancelled)
         if opts.diarize:
+            from .speakers.diarize import assign
             info.speaker_turns = [(t.start, t.end, t.name) for t in turns]
             segments = assign(segments, turns)
         return segments, info

@@ -203,7 +203,7 @@ class LiveHandler(StreamHandler):
                 lambda why: loop.call_soon_threadsafe(self._error, "INVALID_AUDIO", why))
         settings = StreamSettings(rate=listen.sample_rate or 48000, lang=listen.language,
                                   partials=a.interim, pause_ms=a.pause_ms, events=True,
-                                  hotwords=listen.hotwords)
+                                  hotwords=listen.hotwords, diarize=listen.diarize)
         self.live = self.live_stream(settings, send=self._from_stream, words=True)
 
     # -- in -----------------------------------------------------------------------------------

@@ -20,7 +20,7 @@ and the fuzz tests call them alike.
 | endpointing (live) | the closing pause in ms (at least 200); false or none: the pause learned from the speaker |
 | utterance_end_ms, vad_events (live) | UtteranceEnd after that much audio past the last word; SpeechStarted |
 | tag, extra, version, mip_opt_out, profanity_filter, numerals, filler_words, dictation, measurements, language_hint, tier | accepted (they change nothing here) |
-| diarize | each word's `speaker` (0, 1 … by first appearance), each utterance's; pre-recorded only |
+| diarize | each word's `speaker` (0, 1 … by first appearance), each utterance's; live: each final's words, the speaker matched across the connection |
 | redact, replace, search, summarize, topics, intents, sentiment, detect_entities, paragraphs, callback … | refused with a 400 naming them: they would change the answer, and this server does not do them |
 """
 
@@ -158,8 +158,6 @@ def live_params(args):
     ones."""
     if _bool(args, "multichannel"):
         raise DeepgramError("multichannel is pre-recorded only here: a live stream's channels are mixed")
-    if _bool(args, "diarize"):
-        raise DeepgramError("diarize is pre-recorded only here: send the recording to POST /v1/listen")
     ask = listen_params(args)
     ep = _one(args, "endpointing")
     pause = None
@@ -284,6 +282,8 @@ def live_results(m, ask, request_id, model, final, speech_final=False, from_fina
         for a, b, w, p in m.get("words") or ():
             if plain(w):
                 d = {"word": plain(w), "start": a, "end": b, "confidence": round(float(p), 4)}
+                if ask.diarize and m.get("speaker"):
+                    d["speaker"] = int(m["speaker"].rsplit("_", 1)[1])
                 if ask.punctuate:
                     d["punctuated_word"] = w.strip()
                 words.append(d)

@@ -36,10 +36,10 @@ class Door(Protocol):
         """Drop the job of `future` if it has not started (its future fails with Abandoned)."""
 
 
-def final_job(audio, options, cancelled=None):
+def final_job(audio, options, cancelled=None, embed=False):
     """A FINAL job: transcribe `audio` (16 kHz) with `options` (TranscribeOptions); the result
     is a Heard, or None when `cancelled()` said so (checked between the encoder's layers and
-    after them)."""
+    after them). embed: also the speaker embedding of the utterance (speakers/online.py)."""
     def run(model):             # on the model's thread
         t = time.perf_counter()
         try:
@@ -48,8 +48,12 @@ def final_job(audio, options, cancelled=None):
         except Cancelled:
             return None
         words = [(w.start, w.end, w.word, w.probability) for s in segments for w in s.words or ()]
+        embedding = None
+        if embed and text_of(segments).strip():
+            from ..speakers.online import utterance_embedding
+            embedding = utterance_embedding(model.diarizer(), audio)
         return Heard(text_of(segments), time.perf_counter() - t, info.language, words,
-                     mean_logprob(segments))
+                     mean_logprob(segments), embedding)
     return run
 
 
@@ -63,6 +67,7 @@ class Heard:
     words: list                  # [(start, end, word, probability)] in the audio's own time,
                                  # with word timestamps asked for; else empty
     logprob: float               # the segments' mean avg_logprob (a confidence: exp of it)
+    embedding: object = None     # with embed: the utterance's speaker embedding (or None)
 
 
 def mean_logprob(segments):

@@ -127,6 +127,7 @@ class LiveStream:
         self._last_final = None                 # the previous final's delivery (order)
         self._commits = 0                       # utterances committed (turns off)
         self._pending_in = 0                    # samples fed since the last commit, at settings.rate
+        self._speakers = None                   # with diarize: the session's speakers so far
         self.closed = False
         self.configure(settings)
 
@@ -378,7 +379,19 @@ class LiveStream:
                 final["words"] = [(round(e.t0 + a, 3), round(e.t0 + b, 3), w, p)
                                   for a, b, w, p in (heard.words if heard else ())]
                 final["logprob"] = heard.logprob if heard else 0.0
+            if self.settings.diarize:
+                final["speaker"] = self._speaker(heard)
             self.send(final)
+
+    def _speaker(self, heard):
+        """The session's name for the speaker of a final (SPEAKER_00 …), or None."""
+        from ..speakers.diarize import speaker_name
+        from ..speakers.online import SessionSpeakers
+
+        if self._speakers is None:
+            self._speakers = SessionSpeakers()
+        k = self._speakers.who(heard.embedding if heard else None)
+        return None if k is None else speaker_name(k)
 
     # -- jobs -------------------------------------------------------------------------------
 
@@ -386,7 +399,7 @@ class LiveStream:
         """The job of a final; of a speculative one (`spec`: its _Utterance) that stops within
         the encoder when more speech made it stale meanwhile."""
         cancelled = None if spec is None else (lambda: spec.spec_stale or self.closed)
-        return final_job(audio, self._model_options(), cancelled)
+        return final_job(audio, self._model_options(), cancelled, embed=self.settings.diarize)
 
     def _model_options(self):
         return options(language=self.language(), max_tokens=self.max_tokens, initial_prompt=self.prompt,

@@ -26,6 +26,7 @@ functions, no I/O: the adapters and the fuzz tests call them alike.
 | levels | bool | false | {"type": "level"} once a second |
 | vad | "silero" or "energy" | silero | the detector |
 | hotwords | a string or null | null | words to bias toward (names, terms): transcribe's hotwords |
+| diarize | bool | false | each final names its speaker (SPEAKER_00 …), matched across the session |
 """
 
 from __future__ import annotations
@@ -63,6 +64,7 @@ class StreamSettings:
     levels: bool = False
     vad: str = "silero"
     hotwords: str | None = None
+    diarize: bool = False
 
     def updated(self, message):
         """These settings with a config message's fields applied; ConfigError if any is bad."""
@@ -147,7 +149,7 @@ def _check(name, value):
         if not isinstance(value, str) or not value.strip() or len(value) > 16:
             raise ConfigError(f"lang takes a language code such as \"en\" (or \"auto\"), not {value!r}")
         return value.strip().lower()
-    if name in ("partials", "events", "levels"):
+    if name in ("partials", "events", "levels", "diarize"):
         return _bool(name, value)
     if name == "adaptive":
         return None if value is None else _bool(name, value)

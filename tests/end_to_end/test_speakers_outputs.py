@@ -149,3 +149,18 @@ def test_deepgram_diarize(server):
     words = r.results.channels[0].alternatives[0].words
     assert words and [w.speaker for w in words] == [truth(w.start, w.end) for w in words]
     assert [u.speaker for u in r.results.utterances] == [truth(u.start, u.end) for u in r.results.utterances]
+
+
+def test_live_finals_name_their_speaker(server):
+    """The seed socket with diarize: each utterance's final carries the session's speaker, the
+    first again when JFK comes back."""
+    import asyncio
+
+    from nwhisper.server.client import stream
+
+    got = asyncio.run(stream(server.url.replace("http", "ws", 1) + "/stream", SCENE, pace=0, linger=60,
+                             config={"diarize": True, "pause_ms": 400, "lang": "en", "events": True,
+                                     "near_db": 0}))     # the reader is quieter than JFK: no near-field gate
+    finals = [f for f in got.finals if f["text"].strip()]
+    assert len(finals) >= 5 and all("speaker" in f for f in finals), finals
+    assert [f["speaker"] for f in finals] == [f"SPEAKER_{truth(f['t0'], f['t1']):02d}" for f in finals]

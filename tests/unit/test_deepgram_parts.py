@@ -13,12 +13,12 @@ from hypothesis import strategies as st
 
 from nwhisper.records import Segment, TranscriptionInfo, Word
 from nwhisper.server.deepgram_fields import (ACCEPTED, REFUSED, DeepgramError, ListenAsk, LiveAsk,
-                                             listen_params, live_params, plain, prerecorded,
+                                             listen_params, live_params, live_results, plain, prerecorded,
                                              raw_channels)
 
 NAMES = ["language", "detect_language", "punctuate", "smart_format", "utterances", "utt_split",
          "keywords", "keyterm", "multichannel", "model", "encoding", "sample_rate", "channels",
-         "interim_results", "endpointing", "utterance_end_ms", "vad_events",
+         "interim_results", "endpointing", "utterance_end_ms", "vad_events", "diarize",
          *ACCEPTED, *REFUSED, "nonsense"]
 
 
@@ -47,7 +47,6 @@ def test_live_parameters():
     assert live_params(q(encoding="opus")).listen.encoding == "opus"
     for args, says in [(q(encoding="speex"), "encoding 'speex'"),
                        (q(encoding="linear16", sample_rate="16000", multichannel="true"), "pre-recorded only"),
-                       (q(encoding="linear16", sample_rate="16000", diarize="true"), "diarize is pre-recorded only"),
                        (q(encoding="linear16", sample_rate="16000", endpointing="soon"), "endpointing")]:
         with pytest.raises(DeepgramError, match=says):
             live_params(args)
@@ -107,3 +106,13 @@ def test_the_response_passes_the_sdks_model():
     assert [u.transcript for u in r.results.utterances] == ["Hello, world.", "Again."]
     assert r.results.channels[0].detected_language == "en"        # no language asked: detected
     assert abs(alt.confidence - 0.8) < 1e-9 and r.metadata.request_id == "rid"
+
+
+def test_live_words_carry_the_finals_speaker():
+    m = {"text": " Ten of clubs.", "t0": 1.0, "t1": 2.0, "speaker": "SPEAKER_01",
+         "words": [(1.1, 1.3, " Ten", 0.9), (1.3, 1.5, " of", 0.8), (1.5, 1.9, " clubs.", 0.7)]}
+    model = ("uid", {"name": "tiny.en"})
+    with_them = live_results(m, ListenAsk(diarize=True), "rid", model, final=True)
+    assert [w["speaker"] for w in with_them["channel"]["alternatives"][0]["words"]] == [1, 1, 1]
+    without = live_results(m, ListenAsk(), "rid", model, final=True)
+    assert all("speaker" not in w for w in without["channel"]["alternatives"][0]["words"])
