@@ -54,7 +54,24 @@ def run(model_name=DEFAULT_MODEL, compute_types=("float32", "int8"), out=sys.std
             list(segments)
             print(f"nwhisper precompile: {model_name} {compute_type} {options or 'default'}: "
                   f"{time.perf_counter() - t:.1f} s", file=out)
+    t = time.perf_counter()
+    speaker_network(samples)
+    print(f"nwhisper precompile: the speaker network: {time.perf_counter() - t:.1f} s", file=out)
     return time.perf_counter() - t0
+
+
+def speaker_network(samples):
+    """Embed two windows with CAM++ at its real size but random weights: --diarize's kernels,
+    compiled without the trained weights (which may not be installed when the wheel is built)."""
+    from .backend import get
+    from .speakers import weights
+    from .speakers.campplus import CAMPPlus
+
+    rng = np.random.default_rng(0)
+    state = {name: (rng.uniform(0.5, 1.5, shape) if name.endswith("running_var") else
+                    rng.standard_normal(shape) * 0.05).astype(np.float32)
+             for name, shape in weights.spec().items()}
+    CAMPPlus(get("cpu"), params=weights.fold(state)).embed(np.stack([samples[:24000], samples[8000:32000]]))
 
 
 def main(argv=None):
