@@ -18,7 +18,8 @@ a warm-up run on the first minute, then the whole recording, timed.
     fw-batched        BatchedInferencePipeline(model).transcribe(batch_size=N, beam_size=1):
                       its own VAD chunks, without timestamps (its default)
 
-WER = word edits / reference words (lower case, punctuation dropped; "Mr." and "mister" differ,
+windows = encoder passes over the whole recording (nwhisper's chunks and the rests it decodes
+again; faster-whisper's chunks). WER = word edits / reference words (lower case, punctuation dropped; "Mr." and "mister" differ,
 so no system reaches 0); each system's text is kept in --work. Ratios are against fw-batched:
 < 1 means faster than it. With --rounds N every system runs N times, the systems' order
 reversed every other round, and the table gives each one's median and its spread (max / min):
@@ -52,14 +53,25 @@ import numpy as np
 a = json.loads(sys.argv[1])
 x = np.load(a["npy"])
 t0 = time.perf_counter()
+windows = [0]
 if a["system"].startswith("nwhisper"):
     import nwhisper
     m = nwhisper.load(a["model"], device="cpu", compute_type=a["compute"])
+    encode = m.model.encode
+    def counted(mel, *args, **kw):          # one encoder pass a window
+        windows[0] += 1
+        return encode(mel, *args, **kw)
+    m.model.encode = counted
     kw = {"batch_size": a["batch"]} if a["system"] == "nwhisper-batched" else {}
     run = lambda y: "".join(s.text for s in m.transcribe(y, language="en" if m.dims.is_multilingual else None, **kw)[0])
 else:
     from faster_whisper import BatchedInferencePipeline, WhisperModel
     m = WhisperModel(a["ct2"], device="cpu", compute_type=a["compute"], cpu_threads=a["threads"])
+    encode = m.encode
+    def counted(features):                  # a batch of windows a call
+        windows[0] += features.shape[0] if features.ndim == 3 else 1
+        return encode(features)
+    m.encode = counted
     if a["system"] == "fw-batched":
         p = BatchedInferencePipeline(m)
         run = lambda y: "".join(s.text for s in p.transcribe(y, language="en", batch_size=a["batch"], beam_size=1,
@@ -68,9 +80,10 @@ else:
         run = lambda y: "".join(s.text for s in m.transcribe(y, language="en", beam_size=1, temperature=0)[0])
 load = time.perf_counter() - t0
 run(x[:60 * 16000])
+windows[0] = 0
 t = time.perf_counter()
 text = run(x)
-print(json.dumps({"load_s": load, "s": time.perf_counter() - t, "text": text}))
+print(json.dumps({"load_s": load, "s": time.perf_counter() - t, "text": text, "windows": windows[0]}))
 """
 
 
@@ -129,7 +142,7 @@ def main():
           f"{THREADS} threads; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; load average "
           f"{open('/proc/loadavg').read().split()[0]}")
     print(f"{'model':8} {'compute':8} {'system':17} {'s':>7} {'x real':>7} {'vs fw-b':>7} {'WER':>6} "
-          f"{'load s':>6} {'spread':>6}")
+          f"{'windows':>7} {'load s':>6} {'spread':>6}")
     for model in a.models.split(","):
         ct2 = os.path.join(a.work, f"ct2-{model}")
         if not os.path.isdir(ct2):
@@ -146,8 +159,8 @@ def main():
                     f.write(r["text"])
                 wer = word_edits(r["text"], ref) / n_ref
                 print(f"{model:8} {compute:8} {s:17} {median[s]:7.1f} {seconds / median[s]:7.1f} "
-                      f"{median[s] / median['fw-batched']:7.2f} {wer:6.3f} {r['load_s']:6.2f} "
-                      f"{max(times) / min(times):6.2f}", flush=True)
+                      f"{median[s] / median['fw-batched']:7.2f} {wer:6.3f} {r['windows']:7d} "
+                      f"{r['load_s']:6.2f} {max(times) / min(times):6.2f}", flush=True)
 
 
 if __name__ == "__main__":
