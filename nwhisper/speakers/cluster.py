@@ -57,7 +57,8 @@ def _bounds(n, num, lo, hi):
             raise ValueError("give num_speakers, or min_speakers/max_speakers, not both")
         k = min(num, max(n, 1))
         return k, k
-    lo, hi = lo or 1, hi or MAX_SPEAKERS
+    lo = 1 if lo is None else lo
+    hi = MAX_SPEAKERS if hi is None else hi
     if lo < 1 or hi < lo:
         raise ValueError(f"need 1 ≤ min_speakers ≤ max_speakers, not {lo} and {hi}")
     return min(lo, max(n, 1)), min(hi, max(n, 1))
