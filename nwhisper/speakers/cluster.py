@@ -3,6 +3,7 @@
     labels = cluster(emb)                          # the number of speakers estimated
     labels = cluster(emb, num_speakers=2)          # or given
     labels = cluster(emb, min_speakers=2, max_speakers=4)
+    nearest(new_emb, emb, labels)                  # labels of more windows, by the centroids
 
 Embeddings are compared by cosine similarity. Few windows (a short recording) are grouped by
 agglomerative clustering (average linkage) cut at a similarity; many by spectral clustering: the
@@ -47,6 +48,17 @@ def cluster(emb, num_speakers=None, min_speakers=None, max_speakers=None, seed=0
         labels = _merge_alike(x, labels, lo)
         labels = _fold_small(x, labels, lo)
     return _by_first_appearance(labels)
+
+
+def nearest(emb, known, labels):
+    """The label of the centroid (mean of `known`'s unit embeddings under `labels`) each of
+    `emb` is most similar to."""
+    x = np.asarray(known, np.float64)
+    x = x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
+    ks, c = _centroids(x, np.asarray(labels))
+    e = np.asarray(emb, np.float64)
+    e = e / np.maximum(np.linalg.norm(e, axis=1, keepdims=True), 1e-12)
+    return ks[np.argmax(e @ c.T, axis=1)]
 
 
 def _bounds(n, num, lo, hi):

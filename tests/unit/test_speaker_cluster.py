@@ -9,7 +9,7 @@ agglomerative below cluster.SPECTRAL_FROM windows, spectral from there.
 import numpy as np
 import pytest
 
-from nwhisper.speakers.cluster import SPECTRAL_FROM, cluster
+from nwhisper.speakers.cluster import SPECTRAL_FROM, cluster, nearest
 
 DIM = 192
 NOISE = 0.9 / np.sqrt(DIM)     # per dimension: |noise| ≈ 0.9, so cosine to the centre ≈ 0.75
@@ -94,3 +94,11 @@ def test_bad_counts_are_refused(kwargs):
     emb, _ = speakers((5, 5))
     with pytest.raises(ValueError):
         cluster(emb, **kwargs)
+
+
+def test_nearest_centroid_labels_new_windows():
+    emb, truth = speakers((10, 10, 10), seed=6)
+    more, more_truth = speakers((3, 3, 3), seed=6)      # same centres (same seed), new noise
+    rng = np.random.default_rng(7)
+    more = more + rng.normal(scale=NOISE, size=more.shape)
+    assert np.array_equal(nearest(more, emb, truth), more_truth)
