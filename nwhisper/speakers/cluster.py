@@ -21,7 +21,7 @@ import numpy as np
 from scipy.cluster.hierarchy import fcluster, linkage
 from scipy.cluster.vq import kmeans2
 
-SPECTRAL_FROM = 40         # windows (30 s of speech at 0.75 s a window): spectral from here
+SPECTRAL_FROM = 40         # windows (a minute of speech in 1.5 s windows): spectral from here
 SAME_SPEAKER = 0.45        # cosine similarity above which two windows' clusters are one speaker
 MERGE_SAME = 0.6           # centroids this alike are one speaker (centroids are less noisy)
 PRUNE = 0.1                # spectral: each window keeps its nearest tenth of the others ...
