@@ -3,6 +3,7 @@
     labels = cluster(emb)                          # the number of speakers estimated
     labels = cluster(emb, num_speakers=2)          # or given
     labels = cluster(emb, min_speakers=2, max_speakers=4)
+    nearest(new_emb, emb, labels)                  # labels of more windows, by the centroids
 
 Embeddings are compared by cosine similarity. Few windows (a short recording) are grouped by
 agglomerative clustering (average linkage) cut at a similarity; many by spectral clustering: the
@@ -20,7 +21,7 @@ import numpy as np
 from scipy.cluster.hierarchy import fcluster, linkage
 from scipy.cluster.vq import kmeans2
 
-SPECTRAL_FROM = 40         # windows (30 s of speech at 0.75 s a window): spectral from here
+SPECTRAL_FROM = 40         # windows (a minute of speech in 1.5 s windows): spectral from here
 SAME_SPEAKER = 0.45        # cosine similarity above which two windows' clusters are one speaker
 MERGE_SAME = 0.6           # centroids this alike are one speaker (centroids are less noisy)
 PRUNE = 0.1                # spectral: each window keeps its nearest tenth of the others ...
@@ -49,6 +50,17 @@ def cluster(emb, num_speakers=None, min_speakers=None, max_speakers=None, seed=0
     return _by_first_appearance(labels)
 
 
+def nearest(emb, known, labels):
+    """The label of the centroid (mean of `known`'s unit embeddings under `labels`) each of
+    `emb` is most similar to."""
+    x = np.asarray(known, np.float64)
+    x = x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
+    ks, c = _centroids(x, np.asarray(labels))
+    e = np.asarray(emb, np.float64)
+    e = e / np.maximum(np.linalg.norm(e, axis=1, keepdims=True), 1e-12)
+    return ks[np.argmax(e @ c.T, axis=1)]
+
+
 def _bounds(n, num, lo, hi):
     if num is not None:
         if num < 1:
@@ -57,7 +69,8 @@ def _bounds(n, num, lo, hi):
             raise ValueError("give num_speakers, or min_speakers/max_speakers, not both")
         k = min(num, max(n, 1))
         return k, k
-    lo, hi = lo or 1, hi or MAX_SPEAKERS
+    lo = 1 if lo is None else lo
+    hi = MAX_SPEAKERS if hi is None else hi
     if lo < 1 or hi < lo:
         raise ValueError(f"need 1 ≤ min_speakers ≤ max_speakers, not {lo} and {hi}")
     return min(lo, max(n, 1)), min(hi, max(n, 1))
