@@ -154,8 +154,7 @@ def speaker_of(start, end, turns_):
             overlap[t.speaker] = overlap.get(t.speaker, 0.0) + o
     if overlap:
         return max(overlap, key=lambda k: (overlap[k], -k))
-    nearest = min(turns_, key=lambda t: max(t.start - end, start - t.end))
-    return nearest.speaker
+    return min(turns_, key=lambda t: max(t.start - end, start - t.end)).speaker
 
 
 def assign(segments, turns_):
