@@ -23,13 +23,15 @@ embedding_size=192), on fbank features (W, T, 80) (speakers.fbank):
 
 Every batch norm that directly follows a convolution is folded into it at load (weights.py
 says which); the rest run as scale + shift + ReLU. Activations are channels-last, the windows of
-a chunk stacked, so each step is one launch (an im2col body, then kernels.matmul.linear's GEMM:
-BLAS on the CPU) for all of them.
+a chunk stacked, so each step is one launch for all of them: a convolution is an im2col body,
+then kernels.matmul.linear's GEMM, or on the CPU kernels.conv_tiles (the same columns a tile at
+a time, BLAS on each tile while it is in cache, the bias, shortcut and ReLU in the same pass).
 """
 
 import numpy as np
 
 from nwhisper import backend as backends
+from nwhisper.kernels import conv_tiles
 from nwhisper.kernels.matmul import linear
 from nwhisper.kernels.speaker_ops import (
     add_relu_elem, cam_context_row, cam_mask_row, im2col1d_row, im2col2d_row, put_columns_row,
@@ -39,9 +41,9 @@ from nwhisper.speakers import weights
 
 SEG_LEN = 100               # CAMLayer's segment pooling: 100 frames (2 s at the TDNN's 20 ms)
 MIN_FRAMES = 3              # fbank frames for two TDNN frames: the deviation's least
-# Windows run together while their fbank frames stay within this: the front end's im2col
-# then takes ~2048 x 40 x 288 floats (94 MB).
-CHUNK_FRAMES = 2048
+# Windows run together while their fbank frames stay within this: the portable front end's
+# im2col then takes ~4096 x 40 x 288 floats (189 MB).
+CHUNK_FRAMES = 4096
 
 
 class CAMPPlus:
@@ -120,53 +122,74 @@ class CAMPPlus:
         if relu:
             self.be.launch(relu_elem, out.size, self.be.flat(out), work=out.size)
 
-    def _conv2d(self, x, module, stride_f, out_name, relu):
-        """A k×k convolution (padding (k−1)/2, stride (stride_f, 1)) of x (W, T, F, C):
-        (W, T, F', C_out) in scratch `out_name`."""
+    def _conv(self, x, module, out, k, stride=1, dilation=1, two_d=False, relu=False,
+              residual=None):
+        """out = conv(x) + bias, then + residual and ReLU (`residual`: a residual block's
+        shortcut), or ReLU alone (`relu`). two_d: a k×k convolution of x (W, T, F, C), stride
+        over frequency; else a 1-D one of x (W, T, C) over time, stride and dilation there.
+        Padding (k − 1) / 2 · dilation. out (rows, C_out): rows = W · T' (· F').
+
+        On the host, conv_tiles (im2col a cache-sized tile at a time, then BLAS); else the
+        portable bodies, im2col2d_row or im2col1d_row, and one GEMM."""
         be = self.be
+        w, bias = self._w[f"{module}.weight"], self._w.get(f"{module}.bias")
+        pad = (k - 1) // 2 * dilation
+        if be.on_host and conv_tiles.available():
+            x4 = x if two_d else x.reshape(*x.shape[:2], 1, x.shape[2])
+            conv_tiles.conv(be, x4, w, bias, out, k, k if two_d else 1,
+                            stride_t=1 if two_d else stride, stride_f=stride if two_d else 1,
+                            dilation_t=dilation, pad_t=pad, pad_f=pad if two_d else 0,
+                            residual=residual, relu=relu or residual is not None)
+            return
+        rows = out.shape[0]
+        cols = be.workspace((rows, w.shape[1]))
+        if two_d:
+            be.launch(im2col2d_row, rows, x, cols, (x.shape[2] - 1) // stride + 1, k, stride,
+                      work=cols.size)
+        else:
+            be.launch(im2col1d_row, rows, x, cols, rows // x.shape[0], k, stride, dilation, pad,
+                      work=cols.size)
+        self._linear(cols, module, out, relu and residual is None)
+        if residual is not None:
+            be.launch(add_relu_elem, out.size, be.flat(out), be.flat(residual), be.flat(out),
+                      work=out.size)
+
+    def _conv2d(self, x, module, stride_f, out_name, relu=False, residual=None):
+        """A k×k convolution of x (W, T, F, C), stride (1, stride_f) over (time, frequency):
+        (W, T, F', C_out) in scratch `out_name`."""
         n, t, f_in, c = x.shape
         w = self._w[f"{module}.weight"]
         k = int(round((w.shape[1] // c) ** 0.5))
         f_out = (f_in - 1) // stride_f + 1
-        rows = n * t * f_out
-        cols = be.workspace((rows, k * k * c))
-        be.launch(im2col2d_row, rows, x, cols, f_out, k, stride_f, work=cols.size)
-        out = be.scratch(out_name, (rows, w.shape[0]))
-        self._linear(cols, module, out, relu)
+        out = self.be.scratch(out_name, (n * t * f_out, w.shape[0]))
+        self._conv(x, module, out, k, stride_f, two_d=True, relu=relu, residual=residual)
         return out.reshape(n, t, f_out, w.shape[0])
 
     def _head(self, feats):
         """FCM: (W, T, F) -> (W, T, F/8 · m), each frame (frequency, channel)."""
-        be = self.be
         n, t, f = feats.shape
-        x = self._conv2d(feats.reshape(n, t, f, 1), "head.conv1", 1, "spk.x0", True)
+        x = self._conv2d(feats.reshape(n, t, f, 1), "head.conv1", 1, "spk.x0", relu=True)
         q = 0                        # blocks so far: their outputs alternate between two buffers
         for layer in (1, 2):
             for b in (0, 1):
                 p = f"head.layer{layer}.{b}"
                 stride = 2 if b == 0 else 1
-                h = self._conv2d(x, f"{p}.conv1", stride, "spk.h1", True)
-                h = self._conv2d(h, f"{p}.conv2", 1, "spk.h2", False)
-                short = self._conv2d(x, f"{p}.shortcut.0", stride, "spk.sc", False) if b == 0 else x
+                h = self._conv2d(x, f"{p}.conv1", stride, "spk.h1", relu=True)
+                short = self._conv2d(x, f"{p}.shortcut.0", stride, "spk.sc") if b == 0 else x
                 q += 1
-                out = be.scratch(f"spk.x{q % 2}", h.shape)
-                be.launch(add_relu_elem, h.size, be.flat(h), be.flat(short), be.flat(out),
-                          work=h.size)
-                x = out
-        x = self._conv2d(x, "head.conv2", 2, "spk.h1", True)
+                x = self._conv2d(h, f"{p}.conv2", 1, f"spk.x{q % 2}",
+                                 residual=short.reshape(-1, short.shape[-1]))
+        x = self._conv2d(x, "head.conv2", 2, "spk.h1", relu=True)
         return x.reshape(n, t, -1)
 
     def _tdnn(self, x):
         """The TDNN layer: conv1d k5 stride 2 padding 2, + ReLU: (W, T, 320) -> (W, T', 128)."""
-        be = self.be
         n, t, c = x.shape
         w = self._w["xvector.tdnn.linear.weight"]
         k, stride = w.shape[1] // c, 2
         t_out = (t + 2 * (k // 2) - k) // stride + 1
-        cols = be.workspace((n * t_out, k * c))
-        be.launch(im2col1d_row, n * t_out, x, cols, t_out, k, stride, 1, k // 2, work=cols.size)
-        out = be.scratch("spk.tdnn", (n * t_out, w.shape[0]))
-        self._linear(cols, "xvector.tdnn.linear", out, relu=True)
+        out = self.be.scratch("spk.tdnn", (n * t_out, w.shape[0]))
+        self._conv(x, "xvector.tdnn.linear", out, k, stride, relu=True)
         return out.reshape(n, t_out, w.shape[0])
 
     def _block(self, x, i, layers, k, dilation):
@@ -186,11 +209,9 @@ class CAMPPlus:
                       self._w[f"{p}.nonlinear1.batchnorm.shift"], h, work=rows * cin)
             bott = be.scratch("spk.bottleneck", (rows, bnc))
             self._linear(h, f"{p}.linear1", bott, relu=True)
-            cols = be.workspace((rows, k * bnc))
-            be.launch(im2col1d_row, rows, bott.reshape(n, t, bnc), cols, t, k, 1, dilation,
-                      (k - 1) // 2 * dilation, work=cols.size)
             y = be.scratch("spk.local", (rows, g))
-            self._linear(cols, f"{p}.cam_layer.linear_local", y)
+            self._conv(bott.reshape(n, t, bnc), f"{p}.cam_layer.linear_local", y, k,
+                       dilation=dilation)
             ctx = be.scratch("spk.context", (n * n_seg, bnc))
             be.launch(cam_context_row, n * n_seg, bott.reshape(n, t, bnc), ctx, SEG_LEN,
                       work=rows * bnc * 2)

@@ -154,6 +154,45 @@ def test_conv1d(be, rng, t_in, c_in, c_out, stride, wdtype):
     assert np.array_equal(cols, be.download(want))
 
 
+# CAM++'s convolutions: (W, T, F, C, C_out, k, stride, dilation, two_d), its shapes made small
+SPEAKER_CONVS = [(2, 9, 12, 1, 8, 3, 1, 1, True), (2, 9, 12, 5, 8, 3, 2, 1, True),
+                 (3, 7, 5, 4, 8, 1, 2, 1, True), (2, 11, 1, 6, 8, 5, 2, 1, False),
+                 (2, 13, 1, 16, 4, 3, 1, 2, False), (1, 600, 1, 8, 4, 3, 1, 1, False)]
+
+
+@pytest.mark.parametrize("n,t,f,c,c_out,k,stride,dilation,two_d", SPEAKER_CONVS)
+@pytest.mark.parametrize("residual", [False, True])
+@pytest.mark.parametrize("with_bias", [True, False])
+def test_speaker_conv_tiles_match_the_bodies(be, rng, n, t, f, c, c_out, k, stride, dilation,
+                                             two_d, residual, with_bias):
+    """conv_tiles (the host's fast path) against the portable bodies it stands in for:
+    im2col2d_row or im2col1d_row, then the product, bias, residual and ReLU in NumPy (float64)."""
+    from nwhisper.kernels import conv_tiles, speaker_ops
+    if not conv_tiles.available():
+        pytest.skip("no BLAS callable from Numba's threads")
+    pad = (k - 1) // 2 * dilation
+    x = rand(rng, n, t, f, c)
+    w, b = rand(rng, c_out, k * (k if two_d else 1) * c), rand(rng, c_out) if with_bias else None
+    if two_d:
+        t_out, f_out = t, (f - 1) // stride + 1
+        cols = np.zeros((n * t_out * f_out, w.shape[1]), np.float32)
+        be.launch(speaker_ops.im2col2d_row, len(cols), x, cols, f_out, k, stride)
+    else:
+        t_out, f_out = (t + 2 * pad - dilation * (k - 1) - 1) // stride + 1, 1
+        cols = np.zeros((n * t_out, w.shape[1]), np.float32)
+        be.launch(speaker_ops.im2col1d_row, len(cols), x[:, :, 0], cols, t_out, k, stride,
+                  dilation, pad)
+    want = cols.astype(np.float64) @ w.T.astype(np.float64)
+    short = rand(rng, *want.shape) if residual else None
+    want = want + (0 if b is None else b) + (0 if short is None else short)
+    want = np.maximum(want, 0) if residual else want
+    got = np.full(want.shape, np.nan, np.float32)
+    conv_tiles.conv(be, x, w, b, got, k, k if two_d else 1, stride_t=1 if two_d else stride,
+                    stride_f=stride if two_d else 1, dilation_t=dilation, pad_t=pad,
+                    pad_f=pad if two_d else 0, residual=short, relu=residual)
+    check("conv_tiles", got, want)
+
+
 @pytest.mark.parametrize("n,i,o", [(1, 8, 4), (5, 64, 96), (1, 384, 1536), (300, 384, 384)])
 @pytest.mark.parametrize("wdtype", [np.float32, np.float16])
 @pytest.mark.parametrize("with_bias", [True, False])
