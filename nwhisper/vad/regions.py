@@ -24,12 +24,15 @@ vad_filter leaves it at infinity too).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import bisect
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 SAMPLE_RATE = 16000
 CHUNK = 512                   # samples per detector decision (32 ms), both detectors' unit
+PAUSE_MS = 160                # speech_chunks cuts a region at a silence this long inside it
+MIN_PART_S = 1.0              # ... leaving at least this much of it at the end of a chunk
 
 
 @dataclass(frozen=True)
@@ -157,27 +160,37 @@ def speech_regions(samples, det=None, opts=None, sr=SAMPLE_RATE):
 
 def speech_chunks(samples, det=None, opts=None, max_s=30.0, sr=SAMPLE_RATE):
     """The speech of `samples` packed into chunks for windows decoded side by side (transcribe's
-    batch_size, as faster-whisper's BatchedInferencePipeline cuts them): each chunk a list of
+    batch_size, as faster-whisper's BatchedInferencePipeline packs them): each chunk a list of
     speech regions [(start, end)] in samples, in order, whose joined length is at most `max_s`.
-    A region longer than that is cut at its least speech-like 512-sample chunk in the last
-    third before the limit (the silence between two sentences rather than a word)."""
+
+    Each chunk is filled: regions go in whole while they fit, and the first that does not is cut
+    at the last pause inside it (PAUSE_MS of silence, where faster-whisper's batched VAD ends its
+    regions) that leaves a part of at least MIN_PART_S which fits; its remainder starts the next
+    chunk. Whole regions keep their sentences together; the pauses fill the chunks as tightly as
+    faster-whisper's short regions do (fewer windows to decode). A region longer than a chunk
+    with no pause in it is cut at its least speech-like 512-sample chunk in the last third
+    before the limit."""
     det = det if det is not None else detector("silero")
     opts = opts if opts is not None else options_for(det)
     probs = chunk_probs(samples, det)
     limit = int(max_s * sr) // CHUNK * CHUNK
-    pieces = []
+    pauses = regions_from_probs(probs, len(samples), replace(
+        opts, min_speech_ms=0, min_silence_ms=PAUSE_MS, speech_pad_ms=0), sr)
+    cuts = [(b + c) // 2 for (_, b), (c, _) in zip(pauses, pauses[1:])]
+    least = int(MIN_PART_S * sr)
+    chunks, room = [], 0
     for a, b in regions_from_probs(probs, len(samples), opts, sr):
-        while b - a > limit:
-            lo, hi = (a + limit * 2 // 3) // CHUNK + 1, (a + limit) // CHUNK
-            cut = CHUNK * (lo + int(np.argmin(probs[lo:hi])))
-            pieces.append((a, cut))
-            a = cut
-        pieces.append((a, b))
-    chunks, length = [], 0
-    for a, b in pieces:
-        if not chunks or length + (b - a) > limit:
+        while b - a > room:
+            i = bisect.bisect_right(cuts, a + room) - 1
+            cut = cuts[i] if i >= 0 and cuts[i] >= a + least else None
+            if cut is None and room == limit:       # no pause in a whole chunk's length
+                lo, hi = (a + limit * 2 // 3) // CHUNK + 1, (a + limit) // CHUNK
+                cut = CHUNK * (lo + int(np.argmin(probs[lo:hi])))
+            if cut is not None:
+                chunks[-1].append((a, cut))
+                a = cut
             chunks.append([])
-            length = 0
+            room = limit
         chunks[-1].append((a, b))
-        length += b - a
+        room -= b - a
     return chunks
