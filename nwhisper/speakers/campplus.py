@@ -125,7 +125,7 @@ class CAMPPlus:
     def _conv(self, x, module, out, k, stride=1, dilation=1, two_d=False, relu=False,
               residual=None):
         """out = conv(x) + bias, then + residual and ReLU (`residual`: a residual block's
-        shortcut), or ReLU alone (`relu`). two_d: a k×k convolution of x (W, T, F, C), stride
+        shortcut, out's size), or ReLU alone (`relu`). two_d: a k×k convolution of x (W, T, F, C), stride
         over frequency; else a 1-D one of x (W, T, C) over time, stride and dilation there.
         Padding (k − 1) / 2 · dilation. out (rows, C_out): rows = W · T' (· F').
 
@@ -134,6 +134,8 @@ class CAMPPlus:
         be = self.be
         w, bias = self._w[f"{module}.weight"], self._w.get(f"{module}.bias")
         pad = (k - 1) // 2 * dilation
+        if residual is not None:
+            residual = residual.reshape(out.shape)
         if be.on_host and conv_tiles.available():
             x4 = x if two_d else x.reshape(*x.shape[:2], 1, x.shape[2])
             conv_tiles.conv(be, x4, w, bias, out, k, k if two_d else 1,
@@ -177,8 +179,7 @@ class CAMPPlus:
                 h = self._conv2d(x, f"{p}.conv1", stride, "spk.h1", relu=True)
                 short = self._conv2d(x, f"{p}.shortcut.0", stride, "spk.sc") if b == 0 else x
                 q += 1
-                x = self._conv2d(h, f"{p}.conv2", 1, f"spk.x{q % 2}",
-                                 residual=short.reshape(-1, short.shape[-1]))
+                x = self._conv2d(h, f"{p}.conv2", 1, f"spk.x{q % 2}", residual=short)
         x = self._conv2d(x, "head.conv2", 2, "spk.h1", relu=True)
         return x.reshape(n, t, -1)
 
