@@ -8,7 +8,8 @@ A source is a list of Pieces and what the recording's TranscriptionInfo says abo
 duration, and with a VAD the speech regions found). A Piece is audio the loop decodes on its own
 time axis — samples in memory, or a Recording read in passes — and the Clock that maps its times
 back to the recording's (None: they are the recording's already). A chunk is decoded as one
-window; where its text ends early, the rest of its speech is a Piece of its own (Piece.rest).
+window; where its text ends early, the rest of its speech is decoded again (Piece.rest), in the
+window of a later chunk with room for it (requeue) or in one of its own.
 Nothing here decodes: transcribe.Transcriber reads the pieces.
 """
 
@@ -73,14 +74,13 @@ class Piece:
     """Audio decoded on its own time axis: `samples` in memory, or `recording` (read in passes,
     never held whole) when samples is None. clock: to the recording's time (None: the same).
     spans: a chunk's speech regions in `full`, the recording's samples (so that its rest can be
-    decoded again); key: its place in the output order (a rest sorts right after its chunk)."""
+    decoded again), in the recording's order."""
 
     samples: np.ndarray | None
     recording: Recording | None = None
     clock: Clock | None = None
     spans: list | None = None
     full: np.ndarray | None = None
-    key: tuple = (0,)
 
     def rest(self, t):
         """The Piece of a chunk's speech after its time t, when the text ended more than REST_S
@@ -91,7 +91,23 @@ class Piece:
         spans = [(max(a, cut), b) for a, b in self.spans if b > cut]
         if sum(b - a for a, b in spans) <= REST_S * SR:
             return None
-        return chunk_piece(self.full, spans, self.key + (1,))
+        return chunk_piece(self.full, spans)
+
+    def with_rest(self, rest):
+        """This chunk and another's rest as one chunk: both's speech in one window."""
+        return chunk_piece(self.full, sorted(self.spans + rest.spans))
+
+
+def requeue(queue, rest, within):
+    """Put a chunk's rest into the window of the first of the next `within` queued chunks with
+    room for it (a window fewer to decode; its speech then starts that window), else at the
+    queue's head as a window of its own."""
+    for i in range(min(within, len(queue))):
+        p = queue[i]
+        if p.spans is not None and len(p.samples) + len(rest.samples) <= M.N_SAMPLES:
+            queue[i] = p.with_rest(rest)
+            return
+    queue.appendleft(rest)
 
 
 @dataclass
@@ -153,14 +169,14 @@ def chunks(samples):
     (regions.speech_chunks), each chunk's regions joined as one window."""
     found = regions.speech_chunks(samples, regions.detector("silero"))
     spans = [r for c in found for r in c]
-    return Source([chunk_piece(samples, c, (i,)) for i, c in enumerate(found)],
+    return Source([chunk_piece(samples, c) for c in found],
                   duration=len(samples) / SR, speech_regions=_seconds(spans),
                   duration_after_vad=sum(b - a for a, b in spans) / SR, chunked=True)
 
 
-def chunk_piece(samples, spans, key):
+def chunk_piece(samples, spans):
     x = np.concatenate([samples[a:b] for a, b in spans])
-    return Piece(x, None, Clock(spans, SR, regions.SILERO.speech_pad_ms / 1000), spans, samples, key)
+    return Piece(x, None, Clock(spans, SR, regions.SILERO.speech_pad_ms / 1000), spans, samples)
 
 
 def _seconds(spans):

@@ -36,7 +36,7 @@ from .io.audio import SampleWindow
 from .mel import FRAME_SECONDS, FRAMES_PER_SECOND
 from .records import Cancelled, Segment, TranscribeOptions, TranscriptionInfo
 from .search import WindowDecoder
-from .sources import Source
+from .sources import Source, requeue
 from .timing import Aligner, add_word_timestamps
 from .vad import regions
 
@@ -124,11 +124,12 @@ class Transcriber:
     def _run(self, run):
         """The loop over the source's pieces: a generator of the TranscriptionInfo, then the
         segments. A piece longer than one window goes through the long form; short pieces are
-        decoded as one window each, batch_size at a time; a chunk's rest is queued right after
-        it, and chunks' segments go out in their order."""
+        decoded as one window each, batch_size at a time. A chunk's rest rides in the window of
+        a chunk of the next batch that has room for it (sources.requeue), so segments go out in
+        the recording's order: each once no speech before it is still queued."""
         opts, told = run.opts, False
         queue = collections.deque(run.source.pieces)
-        waiting, done = {p.key for p in queue}, {}
+        held = []                               # placed segments waiting for earlier speech
         while queue:
             piece = queue[0]
             scan = None
@@ -153,15 +154,16 @@ class Transcriber:
             for piece, new in self._decode_windows(run, group, encs):
                 rest = piece.rest(new[-1].end) if new else None
                 if rest is not None:
-                    queue.appendleft(rest)
-                    waiting.add(rest.key)
-                done[piece.key] = (new, piece.clock)
-                waiting.discard(piece.key)
-            for key in sorted(k for k in done if not waiting or k < min(waiting)):
-                yield from run.emit(*done.pop(key))
+                    requeue(queue, rest, opts.batch_size)
+                held += piece.clock.place(new) if piece.clock else new
+            ahead = min((p.spans[0][0] for p in queue if p.spans), default=None)
+            held.sort(key=lambda s: s.start)
+            ready = len(held) if ahead is None else sum(s.start < ahead / M.SAMPLE_RATE for s in held)
+            yield from run.emit(held[:ready], None)
+            del held[:ready]
             if run.progress and run.source.chunked:
-                ahead = min((p.spans[0][0] for p in queue), default=len(group[0].full))
-                run.progress(round(ahead / M.SAMPLE_RATE, 3), run.duration)
+                at = ahead if ahead is not None else len(group[0].full)
+                run.progress(round(at / M.SAMPLE_RATE, 3), run.duration)
         if not told:                # no speech, or no whole frame of audio: nothing was encoded
             yield run.make_info(opts.language or "en")
 

@@ -65,47 +65,56 @@ def speech_with_pauses():
 
 @pytest.mark.parametrize("name,compute_type,timestamps,words", [
     ("tiny.en", "float32", False, False), ("base", "int8", True, True)])
-def test_transcribe_batched_equals_each_chunk_alone(models, name, compute_type, timestamps, words):
-    """transcribe(batch_size=4): every chunk of the speech (regions.speech_chunks: Silero, at
-    most 30 s each, the clip over 30 s cut in two) gives the segments — tokens, text, times on
-    the recording's clock, word timings — that transcribing that chunk's joined speech alone
+def test_transcribe_batched_equals_each_window_alone(models, monkeypatch, name, compute_type,
+                                                     timestamps, words):
+    """transcribe(batch_size=2): each window it decodes — a chunk of the speech
+    (regions.speech_chunks: Silero, at most 30 s each, the clip over 30 s cut in two), the rest
+    of a chunk whose text ended over REST_S before its speech did, alone or in the window of a
+    later chunk with room for it (sources.requeue) — gives the segments (tokens, text, times on
+    the recording's clock, word timings) that transcribing that window's joined speech alone
     with timestamps gives (the batched mode decodes timestamp tokens whether or not they are
-    asked for, as the long form does), followed, where that window ended over REST_S before
-    its speech did, by the rest of its speech transcribed the same way; the speech of every
-    clip is in it."""
-    from nwhisper import sources
+    asked for, as the long form does); the segments go out in the recording's order; every
+    chunk's speech is decoded, and every clip's words are in the text."""
+    from nwhisper import sources, transcribe
     from nwhisper.vad import regions
 
     m = models(name, compute_type)
     x = speech_with_pauses()
     lang = {"language": "en"} if m.dims.is_multilingual else {}
     lang["word_timestamps"] = words
-    segments, info = m.transcribe(x, batch_size=4, timestamps=timestamps, **lang)
+    windows = []
+    decode = transcribe.Transcriber._decode_windows
+
+    def seen_windows(self, run, group, encs):
+        windows.extend(p.spans for p in group)
+        return decode(self, run, group, encs)
+    monkeypatch.setattr(transcribe.Transcriber, "_decode_windows", seen_windows)
+    segments, info = m.transcribe(x, batch_size=2, timestamps=timestamps, **lang)
     together = list(segments)
+    monkeypatch.undo()
     chunks = regions.speech_chunks(x)
     pieces = [r for c in chunks for r in c]
     assert len(chunks) >= 4 and max(len(c) for c in chunks) > 1        # chunks of several regions
     assert all(sum(b - a for a, b in c) <= 30 * 16000 for c in chunks)
     assert any(b == a2 for (_, b), (a2, _) in zip(pieces, pieces[1:]))  # the 63 s region cut
-    rests = []
-
-    def by_itself(spans, key=(0,)):  # a window transcribed alone, then the rest it left, as the batch does
-        piece = sources.chunk_piece(x, spans, key)
+    assert windows[:2] == chunks[:2]                                   # the first batch
+    assert all(sum(b - a for a, b in w) <= 30 * 16000 for w in windows)
+    assert set(pieces) <= {r for w in windows for r in w}
+    alone = []
+    for spans in windows:
+        piece = sources.chunk_piece(x, spans)
         segs = list(m.transcribe(piece.samples, timestamps=True, **lang)[0])
-        rest = piece.rest(segs[-1].end) if segs else None
-        segs = piece.clock.place(segs)
-        if rest is not None:
-            rests.append(rest.spans)
-            segs += by_itself(rest.spans, rest.key)
-        return segs
-    alone = [s for c in chunks for s in by_itself(c)]
-    print(f"{len(chunks)} chunks, {len(rests)} rests decoded again: {rests}")
+        alone += piece.clock.place(segs)
+    rests = [w for w in windows if w not in chunks]
+    print(f"{len(chunks)} chunks, {len(windows)} windows; rests decoded again, alone or with a "
+          f"chunk: {rests}")
     assert rests, "no window left speech to decode again: that path went untested"
 
     def seen(segments):
         return [(s.tokens, s.text, s.start, s.end, [(w.word, w.start, w.end) for w in s.words or []])
                 for s in segments]
-    assert seen(together) == seen(alone)
+    assert seen(together) == seen(sorted(alone, key=lambda s: s.start))
+    assert [s.start for s in together] == sorted(s.start for s in together)
     assert all(s.words for s in together) == words
     assert [s.id for s in together] == list(range(1, len(together) + 1))
     text = " ".join(s.text for s in together).lower()

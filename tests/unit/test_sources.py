@@ -1,6 +1,8 @@
 """sources.py: what the window loop reads, and the clocks back to the recording (pure logic: a
 regions function stands in for a VAD)."""
 
+import collections
+
 import numpy as np
 
 from nwhisper import sources
@@ -36,11 +38,31 @@ def test_no_speech_is_no_piece():
 
 def test_a_chunk_whose_text_ended_early_has_its_rest_as_a_piece_of_its_own():
     x = np.arange(20 * SR, dtype=np.float32)
-    piece = sources.chunk_piece(x, [(0, 4 * SR), (10 * SR, 14 * SR)], (3,))
+    piece = sources.chunk_piece(x, [(0, 4 * SR), (10 * SR, 14 * SR)])
     assert len(piece.samples) == 8 * SR
     assert piece.rest(7.5) is None                  # ≤ REST_S of speech after the text
     rest = piece.rest(2.0)                          # 2 s into the joined speech: 2 s in the recording
-    assert rest.key == (3, 1) and rest.spans == [(2 * SR, 4 * SR), (10 * SR, 14 * SR)]
+    assert rest.spans == [(2 * SR, 4 * SR), (10 * SR, 14 * SR)]
     assert np.array_equal(rest.samples, np.concatenate([x[2 * SR:4 * SR], x[10 * SR:14 * SR]]))
     assert rest.clock(0.0) == 2.0 and rest.clock(2.5) == 10.5
     assert sources.Piece(x).rest(0.0) is None       # only a chunk has a rest
+
+
+def test_a_rest_rides_in_the_first_next_window_with_room_for_it():
+    x = np.arange(100 * SR, dtype=np.float32)
+    rest = sources.chunk_piece(x, [(2 * SR, 5 * SR)])                      # 3 s
+    full = sources.chunk_piece(x, [(10 * SR, 38 * SR)])                    # 28 s: no room
+    roomy = sources.chunk_piece(x, [(40 * SR, 50 * SR), (52 * SR, 60 * SR)])
+    later = sources.chunk_piece(x, [(70 * SR, 75 * SR)])
+    queue = collections.deque([full, roomy, later])
+    sources.requeue(queue, rest, within=2)
+    assert [p.spans for p in queue] == [full.spans, [(2 * SR, 5 * SR), (40 * SR, 50 * SR),
+                                                     (52 * SR, 60 * SR)], later.spans]
+    merged = queue[1]
+    assert np.array_equal(merged.samples, np.concatenate([x[2 * SR:5 * SR], x[40 * SR:50 * SR],
+                                                          x[52 * SR:60 * SR]]))
+    assert merged.clock(1.0) == 3.0 and merged.clock(4.0) == 41.0      # each part on its own clock
+    # none of the next `within` windows has room: a window of its own, decoded next
+    queue = collections.deque([full, later])
+    sources.requeue(queue, rest, within=1)
+    assert [p.spans for p in queue] == [rest.spans, full.spans, later.spans]
