@@ -4,7 +4,8 @@
     regions = speech_regions(samples, Energy(), ENERGY)     # the energy detector, its own options
 
 A detector (Silero or Energy: one 512-sample chunk at 16 kHz in, p(speech) out, state carried from
-chunk to chunk) is run over the recording from a reset state, the last chunk zero-padded. The
+chunk to chunk; `run(chunks)`, where it has one, takes many at once) is run over the recording
+from a reset state, the last chunk zero-padded. The
 probabilities become [(start, end)] sample ranges by the rule of the silero-vad package (6.2.3,
 utils_vad.get_speech_timestamps_from_probs; faster-whisper's vad.py has the same rule), learnt from
 its source and checked against it on the same recording (tests/test_vad_transcribe.py):
@@ -96,7 +97,9 @@ class ChunkProbs:
     def feed(self, samples):
         x = np.concatenate([self._rest, np.asarray(samples, np.float32)])
         whole = len(x) - len(x) % CHUNK
-        self._probs.extend(self.det(x[i:i + CHUNK]) for i in range(0, whole, CHUNK))
+        chunks = x[:whole].reshape(-1, CHUNK)
+        run = getattr(self.det, "run", None)     # many chunks at once (Silero.run), where it can
+        self._probs.extend(run(chunks) if run else map(self.det, chunks))
         self._rest = x[whole:]
 
     def finish(self):

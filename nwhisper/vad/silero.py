@@ -2,13 +2,16 @@
 
     vad = Silero()                    # weights from silero_vad_16k.npz beside this file
     p = vad(chunk)                    # chunk: 512 samples at 16 kHz -> p(speech) in [0, 1]
+    ps = vad.run(chunks)              # (n, 512): consecutive chunks -> n p(speech), state carried
     probs = vad.probs(audio)          # a whole recording, from a reset state
     vad.reset()
 
 State is carried from chunk to chunk exactly as silero's OnnxWrapper carries it: the LSTM's h and
 c, and the last 64 samples of the previous chunk, which are prepended to the next one (zeros after
 a reset). The network itself is one kernel body, nwhisper.kernels.vad_ops.silero_chunk; with
-`streams=S` one launch advances S independent streams by one chunk each.
+`streams=S` one launch advances S independent streams by one chunk each. run() takes many chunks
+of stream 0 at once: their encoders in one parallel launch, then the LSTM through them in one
+more, the same arithmetic as chunk by chunk.
 
 The tensors were exported once from the package's silero_vad.onnx by fixtures/export_silero.py
 (MIT, LICENSE.silero beside them); the STFT basis is computed here, not stored.
@@ -26,6 +29,7 @@ CHUNK = 512                   # samples a step: 32 ms
 CONTEXT = 64                  # samples of the previous chunk prepended to each
 N_FFT = 256                   # the STFT: 129 bins, hop 128, periodic Hann
 HIDDEN = 128
+RUN = 1024                    # chunks run() encodes in one launch (33 s; 14 MB of scratch)
 WEIGHTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "silero_vad_16k.npz")
 
 
@@ -86,12 +90,16 @@ class Silero:
         self.be = be or backends.get("cpu")
         self.streams = streams
         self.weights = tuple(self.be.upload(w) for w in load_weights(path))
-        s = streams
-        self._scratch = tuple(self.be.empty(shape) for shape in (
-            (s, CONTEXT + CHUNK + CONTEXT), (s, 4, N_FFT + 2), (s, 4, 128), (s, 2, 64),
-            (s, 64), (s, 128), (s, 4 * HIDDEN), (s, 4 * HIDDEN), (s, 8, 128)))
-        self._prob = self.be.empty((s,))
+        self._scratch = self._make_scratch(streams)
+        self._run_scratch = self._scratch       # run()'s, grown to RUN chunks at most
+        self._prob = self.be.empty((streams,))
         self.reset()
+
+    def _make_scratch(self, rows):
+        """silero_chunk's scratch for `rows` streams (or chunks)."""
+        return tuple(self.be.empty(shape) for shape in (
+            (rows, CONTEXT + CHUNK + CONTEXT), (rows, 4, N_FFT + 2), (rows, 4, 128), (rows, 2, 64),
+            (rows, 64), (rows, 128), (rows, 2, 4 * HIDDEN), (rows, 8, 128)))
 
     def reset(self):
         """Zero the LSTM state and the context of every stream (as OnnxWrapper.reset_states)."""
@@ -107,8 +115,35 @@ class Silero:
             raise ValueError(f"Silero.step takes ({self.streams}, {CHUNK}) samples at 16 kHz, "
                              f"got {x.shape}")
         self.be.launch(silero_chunk, self.streams, self.be.upload(x), self._ctx, self._h, self._c,
-                       self._prob, *self.weights, *self._scratch)
+                       self._prob, *self.weights, *self._scratch, 0, 1)
         return self.be.download(self._prob)
+
+    def run(self, chunks):
+        """p(speech) of consecutive chunks of stream 0, (n, 512) f32 -> (n,), continuing its
+        state (as n step() calls would, to the same floats): per RUN chunks, each chunk's encoder
+        side by side, then the LSTM through them."""
+        if self.streams != 1:
+            raise ValueError("Silero.run carries one stream; make it with streams=1")
+        x = np.ascontiguousarray(chunks, np.float32)
+        if x.ndim != 2 or x.shape[1] != CHUNK:
+            raise ValueError(f"Silero.run takes (n, {CHUNK}) samples at 16 kHz, got {x.shape}")
+        be, out = self.be, np.empty(len(x), np.float32)
+        for a in range(0, len(x), RUN):
+            part = x[a:a + RUN]
+            n = len(part)
+            ctx = np.empty((n, CONTEXT), np.float32)
+            ctx[0] = be.download(self._ctx)[0]
+            ctx[1:] = part[:-1, CHUNK - CONTEXT:]
+            if len(self._run_scratch[0]) < n:
+                self._run_scratch = self._make_scratch(n)
+            prob = be.empty((n,))
+            args = (be.upload(part), be.upload(ctx), self._h, self._c, prob, *self.weights,
+                    *self._run_scratch)
+            be.launch(silero_chunk, n, *args, 1, n, work=n * 700_000)
+            be.launch(silero_chunk, 1, *args, 2, n, work=1)
+            self._ctx = be.upload(part[-1:, CHUNK - CONTEXT:].copy())
+            out[a:a + n] = be.download(prob)
+        return out
 
     def __call__(self, chunk):
         """p(speech) of one 512-sample chunk of stream 0."""
@@ -119,6 +154,5 @@ class Silero:
         if self.streams != 1:
             raise ValueError("Silero.probs runs one stream; make it with streams=1")
         x = np.asarray(audio, np.float32)
-        x = np.concatenate([x, np.zeros(-len(x) % CHUNK, np.float32)]).reshape(-1, 1, CHUNK)
         self.reset()
-        return np.array([self.step(c)[0] for c in x], np.float32)
+        return self.run(np.concatenate([x, np.zeros(-len(x) % CHUNK, np.float32)]).reshape(-1, CHUNK))

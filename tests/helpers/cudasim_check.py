@@ -281,6 +281,15 @@ def silero_vad(be, chunks):
     return [np.asarray(vad.step(c)) for c in chunks]
 
 
+def silero_vad_run(be, chunks):
+    """Silero over a run of one stream's chunks: their encoders in one launch, then the LSTM
+    through them in one item (Silero.run), in two calls (the state carried between)."""
+    from nwhisper.vad.silero import Silero
+
+    vad = Silero(be)
+    return [vad.run(chunks[:3]), vad.run(chunks[3:])]
+
+
 def speakers_fbank(be, windows):
     """The speaker network's Kaldi fbank (80 bands, mean-normalised per window), two windows of a
     tone in noise: its faint bands are where float32 arithmetic would differ (speaker_ops.py)."""
@@ -335,6 +344,7 @@ CASES = [
     ("attention_causal", attention, (rand(2, 16), rand(7, 16), rand(7, 16), 2, True, 4)),
     ("log_mel", log_mel, (rand(5 * 4 + 16).astype(np.float64), 8, 5)),
     ("silero_vad", silero_vad, (rand(2, 2, 512) * 0.1,)),
+    ("silero_vad_run", silero_vad_run, (rand(5, 512) * 0.1,)),
     ("speakers_fbank", speakers_fbank, (voices(2, 720, seed=6),)),
     ("campplus_tiny", campplus_tiny, (voices(2, 720),)),
     ("attention_decode", attention, (rand(1, 16), rand(8, 16), rand(8, 16), 4, True, 7)),

@@ -64,12 +64,19 @@ def test_stft_basis_is_hann_windowed_dft():
 
 
 def test_state_carries_across_calls(vad, streams, golden):
-    """Chunk by chunk through __call__ is the same as probs(); reset() starts over."""
-    x = streams["speech"][:200 * 512]
+    """Chunk by chunk through __call__ is the same as probs() (run(): the chunks' encoders side
+    by side, then the LSTM through them, RUN chunks a launch: here across a boundary), and as
+    run() over uneven pieces; reset() starts over."""
+    n = silero.RUN + 76
+    x = streams["speech"][:n * 512]
     vad.reset()
     one_by_one = np.array([vad(x[i:i + 512]) for i in range(0, len(x), 512)], np.float32)
     np.testing.assert_array_equal(one_by_one, vad.probs(x))
-    np.testing.assert_allclose(one_by_one, golden["speech"][:200], atol=TOL)
+    vad.reset()
+    chunks = x.reshape(n, 512)
+    pieces = [vad.run(chunks[a:b]) for a, b in [(0, 3), (3, 4), (4, 900), (900, n)]]
+    np.testing.assert_array_equal(one_by_one, np.concatenate(pieces))
+    np.testing.assert_allclose(one_by_one, golden["speech"][:n], atol=TOL)
 
 
 def test_streams_in_one_launch_are_independent(streams):
