@@ -94,7 +94,7 @@ class Piece:
         return chunk_piece(self.full, spans)
 
     def with_rest(self, rest):
-        """This chunk and another's rest as one chunk: both's speech in one window."""
+        """This chunk and another chunk's rest as one chunk: the speech of both in one window."""
         return chunk_piece(self.full, sorted(self.spans + rest.spans))
 
 
