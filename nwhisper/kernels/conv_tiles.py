@@ -13,7 +13,7 @@ One function serves every convolution of the network, seen as 2-D over (time, fr
 a k_t × k_f kernel with a stride over each axis, a dilation and padding over time, padding over
 frequency; a 1-D convolution is k_f = 1 over one frequency bin. The columns are in the bodies'
 order, (k_t, k_f, channel), so the same weights serve both; tested against the bodies
-(tests/kernels/test_speaker_ops.py).
+(tests/unit/test_kernels.py, test_speaker_conv_tiles_match_the_bodies).
 """
 
 import numpy as np
