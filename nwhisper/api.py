@@ -128,7 +128,9 @@ class WhisperModel:
 
 def load(name_or_path=DEFAULT_MODEL, device="auto", compute_type="float32", offline=None):
     """A WhisperModel. compute_type "int8" decodes with int8 weights (per-row scales): faster on
-    the CPU, transcripts checked against float32's in tests/oracle/test_transcribe.py. A model
+    the CPU, transcripts checked against float32's in tests/oracle/test_transcribe.py;
+    "bfloat16": the encoder's products on bfloat16 operands, on CPUs with AVX-512 BF16 (float32
+    elsewhere, with a warning). A model
     name found nowhere here is downloaded from the Hugging Face Hub (io/hub.py) unless `offline`
     (default: HF_HUB_OFFLINE)."""
     return WhisperModel(name_or_path, device, compute_type, offline)

@@ -20,6 +20,8 @@ Shapes are read from the checkpoint, never assumed from a model size.
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 
 from . import kernels as K
@@ -80,7 +82,8 @@ class _Linear:
     same constant to every score of a query, which softmax cancels), so `b` is None there.
 
     store: how W is kept — "full" (for products of many rows, the encoder's: f32 where the
-    backend multiplies, be.weight_rows), "gemv" (the
+    backend multiplies, be.weight_rows), "bf16" (the same, multiplied on bfloat16 operands where
+    the backend can: be.weight_bf16), "gemv" (the
     checkpoint's f16 kept where the backend reads it at the point of use: decoding's few-row
     products, memory-bound), "int8" (int8 rows with per-row scales, kernels.matmul.Int8Weight:
     the encoder's, whose activations the CPU's int8 GEMM may quantise per row) or "int8-gemv"
@@ -95,8 +98,10 @@ class _Linear:
         self.columns = _column_scales(w) if equalise else None
         if store.startswith("int8"):
             self.w = be.weight_int8(w, quantized_rows=store == "int8", columns=self.columns)
+        elif store == "gemv":
+            self.w = be.weight(w, gemv=True)
         else:
-            self.w = be.weight_rows(w) if store == "full" else be.weight(w, gemv=True)
+            self.w = be.weight_bf16(w) if store == "bf16" else be.weight_rows(w)
         self.b = None if b is None else be.upload(b)
         self.n_out = w.shape[0]
 
@@ -210,21 +215,31 @@ class Whisper:
     per row (kernels/gemm_int8.py), or on f32 where it does not run. The cross-attention K/V
     are int8 per key (kernels.attention.Int8Heads). The encoder's attention probabilities and
     values are bfloat16 where the CPU has AVX-512 BF16 (kernels/attention_blocked.py), else f32;
-    the convolutions and the normalisations stay f32."""
+    the convolutions and the normalisations stay f32.
+
+    compute_type "bfloat16": float32's, but the encoder's linear layers and the window's cross
+    K/V multiply bfloat16 operands with float32 sums (kernels/gemm_bf16.py: twice a float32
+    FMA's multiply-adds an instruction); the decoder's steps, memory-bound, are float32's. A
+    backend without a bfloat16 GEMM makes it float32, with a warning (as CTranslate2 does)."""
 
     def __init__(self, ck: Checkpoint, be, compute_type="float32"):
         if compute_type not in COMPUTE_TYPES:
             raise ValueError(f"unknown compute type {compute_type!r}: expected one of "
                              f"{', '.join(COMPUTE_TYPES)}")
+        if compute_type == "bfloat16" and not be.has_bfloat16():
+            warnings.warn(f"compute_type bfloat16 runs on a CPU with AVX-512 BF16, not on this "
+                          f"{be.name}: this model computes in float32", RuntimeWarning, stacklevel=3)
+            compute_type = "float32"
         self.be, self.dims, self.compute_type = be, ck.dims, compute_type
         int8 = compute_type == "int8"
+        many = {"int8": "int8", "bfloat16": "bf16"}.get(compute_type, "full")   # the encoder's store
         d = ck.dims
         self.conv1_w = be.upload(_host(ck["model.encoder.conv1.weight"]))
         self.conv1_b = be.upload(_host(ck["model.encoder.conv1.bias"]))
         self.conv2_w = be.upload(_host(ck["model.encoder.conv2.weight"]))
         self.conv2_b = be.upload(_host(ck["model.encoder.conv2.bias"]))
         self.enc_pos = be.upload(_host(ck["model.encoder.embed_positions.weight"]))
-        self.enc_blocks = _blocks(ck, be, "encoder", d.n_audio_layer, "int8" if int8 else "full")
+        self.enc_blocks = _blocks(ck, be, "encoder", d.n_audio_layer, many)
         self.enc_ln = _LayerNorm(be, ck, "model.encoder.layer_norm")
         emb = ck["model.decoder.embed_tokens.weight"]
         c = None
@@ -252,7 +267,8 @@ class Whisper:
         for i in range(d.n_text_layer):
             w, b = _stacked(ck, [(f"model.decoder.layers.{i}.encoder_attn.{proj}", proj == "v_proj")
                                  for proj in ("k_proj", "v_proj")])
-            self.cross_kv_w.append((be.weight_int8(_host(w)) if int8 else be.weight_rows(w),
+            self.cross_kv_w.append((be.weight_int8(_host(w)) if int8 else
+                                    be.weight_bf16(w) if many == "bf16" else be.weight_rows(w),
                                     be.upload(b)))
             ck.release_pages(f"model.decoder.layers.{i}.encoder_attn.")
         self._cross = None  # (enc, cross_k, cross_v) of the last window

@@ -40,10 +40,19 @@ WORKLOADS = (
 )
 
 
-def run(model_name=DEFAULT_MODEL, compute_types=("float32", "int8"), out=sys.stderr):
-    """Transcribe the clip once per workload and compute type; returns the seconds taken."""
+def default_compute_types():
+    """float32 and int8, and bfloat16 where this CPU runs it (elsewhere a bfloat16 model is
+    float32: nothing more to compile)."""
+    from .kernels import gemm_bf16
+    return ("float32", "int8") + ("bfloat16",) * gemm_bf16.available()
+
+
+def run(model_name=DEFAULT_MODEL, compute_types=None, out=sys.stderr):
+    """Transcribe the clip once per workload and compute type (default_compute_types()); returns
+    the seconds taken."""
     from . import load
 
+    compute_types = compute_types or default_compute_types()
     samples = load_audio(CLIP)
     t0 = time.perf_counter()
     for compute_type in compute_types:
@@ -77,7 +86,8 @@ def speaker_network(samples):
 def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m nwhisper.precompile", description=__doc__.split("\n")[0])
     p.add_argument("--model", default=DEFAULT_MODEL, help=f"a model name or path (default {DEFAULT_MODEL})")
-    p.add_argument("--compute-types", default="float32,int8", help="comma-separated (default float32,int8)")
+    p.add_argument("--compute-types", default=",".join(default_compute_types()),
+                   help="comma-separated (default: float32,int8, and bfloat16 where the CPU runs it)")
     args = p.parse_args(argv)
     seconds = run(args.model, tuple(args.compute_types.split(",")))
     print(f"nwhisper precompile: done in {seconds:.1f} s", file=sys.stderr)

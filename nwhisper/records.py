@@ -15,7 +15,8 @@ from __future__ import annotations
 import zlib
 from dataclasses import dataclass, field
 
-COMPUTE_TYPES = ("float32", "int8")   # load(compute_type=): HF's arithmetic, or CTranslate2's int8
+# load(compute_type=): HF's arithmetic, CTranslate2's int8, or float32's with bfloat16 products
+COMPUTE_TYPES = ("float32", "int8", "bfloat16")
 
 
 @dataclass

@@ -149,6 +149,16 @@ class Backend:
         widen it for each product instead (the CPU's HalfRows)."""
         return self.weight(a)
 
+    def has_bfloat16(self):
+        """Whether weight_bf16's matrices multiply in bfloat16 here (compute_type "bfloat16");
+        where not, a model asked for it is float32."""
+        return False
+
+    def weight_bf16(self, a):
+        """A matrix that products of many rows multiply on bfloat16 operands with float32 sums
+        (compute_type "bfloat16"'s encoder), where has_bfloat16(); weight_rows(a) elsewhere."""
+        return self.weight_rows(a)
+
     def table(self, a):
         """A matrix only looked up a few rows at a time by embed (an int8 model's token
         embedding, whose int8 copy is the output projection), in the checkpoint's precision."""

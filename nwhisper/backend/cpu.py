@@ -10,7 +10,7 @@ import os
 
 import numpy as np
 
-from nwhisper.kernels import blas, gemm_int8
+from nwhisper.kernels import blas, gemm_bf16, gemm_int8
 from nwhisper.kernels.matmul import HalfRows, Int8Weight, quantize_int8
 from nwhisper.kernels.widen import to_float32
 from nwhisper.backend.base import Backend
@@ -96,6 +96,19 @@ class CpuBackend(Backend):
         anything else as weight(a)."""
         a = np.asarray(a)
         return HalfRows(self.weight(a, gemv=True)) if a.dtype == np.float16 else self.weight(a)
+
+    def has_bfloat16(self):
+        """The CPU has AVX-512 BF16 (kernels/gemm_bf16.py)."""
+        return gemm_bf16.available()
+
+    def weight_bf16(self, a):
+        """As Backend.weight_bf16: packed for the bfloat16 GEMM from the checkpoint's own values
+        (f16 or f32), where it runs and the width is a multiple of its panel."""
+        a = np.asarray(a)
+        if not (self.has_bfloat16() and a.shape[0] % gemm_bf16.COLS == 0):
+            return self.weight_rows(a)
+        return gemm_bf16.PackedBf16(self.weight(a, gemv=True) if a.dtype == np.float16
+                                    else np.require(a, np.float32, ("C", "A")))
 
     def table(self, a):
         """As Backend.table, read where it lies, aligned or not (Numba reads unaligned arrays; a

@@ -8,7 +8,9 @@ compute_type_option = click.option(
     "--compute-type", type=click.Choice(COMPUTE_TYPES), default="float32", show_default=True,
     help="int8 (as CTranslate2's): int8 weights with per-row scales and int8 cross-attention "
          "K/V; the encoder's products on an int8 GEMM (AVX-512 VNNI or AVX2). Faster; "
-         "transcripts checked against float32's, which is HF's word for word")
+         "transcripts checked against float32's, which is HF's word for word. bfloat16: "
+         "float32, but the encoder's products on bfloat16 operands with float32 sums, on CPUs "
+         "with AVX-512 BF16 (float32 elsewhere, with a warning)")
 
 max_tokens_option = click.option(
     "--max", "max_tokens", type=click.IntRange(1, 448), default=TranscribeOptions.max_tokens,

@@ -39,7 +39,7 @@ from numba.extending import intrinsic
 from nwhisper.kernels import gemm_int8
 from nwhisper.kernels import llvm_ir as L
 from nwhisper.kernels.matmul import quantize_int8
-from nwhisper.kernels.vecmath import _float_bits, from_key, order_key
+from nwhisper.kernels.vecmath import bf16, from_key, order_key
 
 HD = 64         # the head width every Whisper model has (d_model / n_head)
 ROWS = 6        # rows of p per values micro-tile: 6 × 4 accumulators + 4 value vectors in registers
@@ -203,13 +203,6 @@ def _pack_keys(kq, k_scale, n_head, scale, panels, shift, sw):
             sw[h, j] = k_scale[j * n_head + h] * scale if j < nk else np.float32(0.0)
 
 
-@njit(inline="always")
-def _bf16(x):
-    """The bits of the bfloat16 nearest float32 x (ties to even), as vcvtneps2bf16 rounds."""
-    b = _float_bits(np.float32(x))
-    return np.uint16((b + np.int32(0x7FFF) + ((b >> np.int32(16)) & np.int32(1))) >> np.int32(16) & 0xFFFF)
-
-
 @njit(parallel=True, cache=True)
 def _pack_values(v, n_head, vb):
     """v (nk, H·hd) f32 into vb (H, wide/2, hd, 2) bf16, keys past nk zero."""
@@ -219,7 +212,7 @@ def _pack_values(v, n_head, vb):
         for e in range(2):
             j = 2 * t + e
             for c in range(HD):
-                vb[h, t, c, e] = _bf16(v[j, h * HD + c]) if j < nk else np.uint16(0)
+                vb[h, t, c, e] = bf16(v[j, h * HD + c]) if j < nk else np.uint16(0)
 
 
 def attention(be, q, k, v, out, n_head):

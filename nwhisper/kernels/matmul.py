@@ -10,14 +10,15 @@ GEMM); `linear` and `linear_add` run what it chooses.
 Weights come from a backend's weight preparation: f32; f16 (on the CPU as uint16 bits, widen.py,
 or as HalfRows); or int8 with one f32 scale per output row (`Int8Weight`, the
 `compute_type="int8"` path): a decoder step is memory-bound, and f16 rows are half the bytes of
-f32 ones, int8 rows a quarter.
+f32 ones, int8 rows a quarter; or bfloat16 packed for the CPU's bfloat16 GEMM
+(gemm_bf16.PackedBf16, the `compute_type="bfloat16"` encoder's).
 """
 
 import math
 
 import numpy as np
 
-from nwhisper.kernels import blas, gemm_int8, linear_tiles
+from nwhisper.kernels import blas, gemm_bf16, gemm_int8, linear_tiles
 from nwhisper.kernels._compile import kernel
 from nwhisper.kernels.elementwise import add
 from nwhisper.kernels.vecmath import from_key, order_key
@@ -128,11 +129,14 @@ def variant(be, n, w):
               where neither of the GEMMs below takes the weight. On the host linear_tiles where
               it runs (the same sums as linear_elem), else linear_elem
       int8    many rows on the host's int8 GEMM (a weight packed for it: gemm_int8.available)
+      bf16    any rows on the host's bfloat16 GEMM (a PackedBf16: only made where it runs)
       blas    the host's float32 BLAS: a float32 matrix, a HalfRows widened, or an Int8Weight's
               rows dequantised where the CPU has no int8 GEMM (dense)
       device  a device backend: its own GEMM where it has one (be.gemm_fast), else linear_elem;
               an Int8Weight's full-precision matrix for many rows
     """
+    if isinstance(w, gemm_bf16.PackedBf16):
+        return "bf16", w
     if isinstance(w, Int8Weight):
         if n > GEMV_ROWS and w.full is not None:
             w = w.full
@@ -173,9 +177,12 @@ def _product(be, x, w, bias, out, ln, accumulate):
     x = normalized(be, x, ln)
     if how in ("rows", "device"):
         _rows(be, x, w, bias, out, accumulate)
-    elif how == "int8":
+    elif how in ("int8", "bf16"):
         target = be.scratch("matmul.sum", out.shape) if accumulate else out
-        gemm_int8.gemm(x, w.packed, bias, target, be.scratch)
+        if how == "int8":
+            gemm_int8.gemm(x, w.packed, bias, target, be.scratch)
+        else:
+            gemm_bf16.gemm(x, w, bias, target, be.scratch)
         if accumulate:
             add(be, out, target, out)
     else:

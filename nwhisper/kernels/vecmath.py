@@ -1,4 +1,5 @@
-"""`fast_exp`, `order_key` / `from_key`: an exponential and a maximum that LLVM vectorises.
+"""`fast_exp`, `order_key` / `from_key`: an exponential and a maximum that LLVM vectorises;
+`bf16`: a float32's nearest bfloat16, as the CPU's bfloat16 kernels pack their operands.
 
 Two reductions over long float32 rows (the encoder's 1500-key softmax, the 51865-word logits of
 a decoding step) are slow on the CPU for reasons of form, not arithmetic:
@@ -20,7 +21,7 @@ launchers bind, where none of this matters: a GPU thread loops over few elements
 import math
 
 import numpy as np
-from numba import types
+from numba import njit, types
 from numba.extending import intrinsic, overload
 
 
@@ -102,3 +103,12 @@ def _from_key(k):
     def impl(k):
         return _bits_float(np.int32(k ^ ((k >> np.int32(31)) & np.int32(0x7FFFFFFF))))
     return impl
+
+
+@njit(inline="always")
+def bf16(x):
+    """The bits of the bfloat16 nearest float32 x (ties to even), as vcvtneps2bf16 rounds (NaNs
+    aside: one whose payload lies in the dropped half may come out infinite): the top half of x's bits after adding half the dropped half, less one
+    where the kept half is even."""
+    b = _float_bits(np.float32(x))
+    return np.uint16((b + np.int32(0x7FFF) + ((b >> np.int32(16)) & np.int32(1))) >> np.int32(16) & 0xFFFF)

@@ -17,7 +17,7 @@ import pytest
 
 from nwhisper import backend
 from nwhisper import kernels as K
-from nwhisper.kernels import _compile, attention_blocked, gemm_int8, linear_tiles, matmul
+from nwhisper.kernels import _compile, attention_blocked, gemm_bf16, gemm_int8, linear_tiles, matmul
 from nwhisper.kernels.matmul import GEMV_ROWS, linear_elem, quantize_int8
 
 # The module, not the op that nwhisper.kernels re-exports under the same name.
@@ -324,6 +324,82 @@ def test_gemm_int8_at_the_extremes(rng):
     exact = exact_int8_gemm(xq, sx, q, scale)
     assert np.abs(xq @ q.astype(np.int64).T).max() == 127 * 127 * k
     check("int8 GEMM at ±127 vs exact integer product", out, exact)
+
+
+def test_bf16_rounding_is_ml_dtypes(rng):
+    """gemm_bf16.to_pairs (vecmath.bf16, on every CPU) rounds as ml_dtypes' bfloat16: random
+    floats of every magnitude, exact ties both ways, the largest finite values, subnormals,
+    infinities and signed zeros (NaNs are not activations: not compared); odd K and rows past M
+    are zero."""
+    import ml_dtypes
+    bits = rng.integers(0, 2 ** 32, 4000, dtype=np.uint64).astype(np.uint32)
+    x = bits.view(np.float32)
+    ties = ((rng.integers(0, 2 ** 16, 400, dtype=np.uint32) << 16) | 0x8000).view(np.float32)
+    special = np.array([0.0, -0.0, np.inf, -np.inf, 1e-40, -3e-39, 3.4e38, -3.389e38, 1.0, 1 + 2 ** -8],
+                       np.float32)
+    x = np.concatenate([x, ties, special])     # ties: exactly halfway between two bfloat16
+    x = x[~np.isnan(x)]
+    x = x[: len(x) - len(x) % 2 - 1].reshape(1, -1)          # an odd K
+    xb = np.full((3, (x.shape[1] + 1) // 2), 7, np.uint32)
+    gemm_bf16.to_pairs(x, xb)
+    got = np.stack([xb[0] & 0xFFFF, xb[0] >> 16], 1).reshape(-1)[: x.shape[1]].astype(np.uint16)
+    want = x[0].astype(ml_dtypes.bfloat16).view(np.uint16)
+    assert np.array_equal(got, want), f"{(got != want).sum()} of {got.size} differ"
+    assert xb[0, -1] >> 16 == 0 and (xb[1:] == 0).all()
+
+
+needs_bf16_gemm = pytest.mark.skipif(
+    not gemm_bf16.available(), reason="the bfloat16 GEMM needs AVX-512 BF16 and Numba compiling for this CPU")
+
+
+@needs_bf16_gemm
+@pytest.mark.parametrize("m,k,n", [(1500, 384, 64), (9, 40, 128), (67, 131, 192), (1, 2048, 64),
+                                   (130, 512, 1536)])
+@pytest.mark.parametrize("wdtype", [np.float16, np.float32])
+def test_gemm_bf16(be, rng, m, k, n, wdtype):
+    """The bfloat16 GEMM (compute_type="bfloat16", CPU with AVX-512 BF16) = the exact product
+    of its operands rounded to bfloat16 (ml_dtypes), within float32 sums' rounding; and =
+    linear_elem, the portable body, on the same rounded operands, within two float32 sums'
+    difference. Weights from float16 bits (a checkpoint's) and float32; rows not a multiple of
+    the tile's 6, an odd K, the result written into a row slice of a wider buffer, a bias."""
+    x, w, bias = rand(rng, m, k), (rand(rng, n, k) * np.float32(0.05)).astype(wdtype), rand(rng, n)
+    packed = gemm_bf16.PackedBf16(w.view(np.uint16) if wdtype == np.float16 else w)
+    wr = bf16_oracle(w.astype(np.float32))
+    assert np.array_equal(packed.rows(), wr.astype(np.float32))
+    big = np.full((m, n + 64), np.float32(7))
+    out = big[:, 32:32 + n]
+    gemm_bf16.gemm(x, packed, bias, out, lambda name, shape, dtype: np.empty(shape, dtype))
+    assert (big[:, :32] == 7).all() and (big[:, 32 + n:] == 7).all()
+    xr = bf16_oracle(x)
+    exact = xr @ wr.T + bias
+    bound = (np.abs(xr) @ np.abs(wr).T + np.abs(bias)) * k * 2.0 ** -24
+    assert np.all(np.abs(out - exact) <= bound), f"max |Δ| = {np.abs(out - exact).max():.3g}"
+    body = np.empty((m, n), np.float32)
+    be.launch(linear_elem, n, xr.astype(np.float32), wr.astype(np.float32), np.zeros(0, np.float32),
+              bias, body, m, k, False)
+    check("bfloat16 GEMM vs linear_elem on the rounded operands", out, body)
+
+
+def test_bfloat16_weights(be, rng, monkeypatch):
+    """be.weight_bf16: packed for the bfloat16 GEMM where it runs (every product of the matrix,
+    any number of rows, K.linear and K.linear_add alike, is gemm_bf16's); a width not a multiple
+    of 64, or a CPU without it (patched off here), keeps float32's matrix (weight_rows) and BLAS."""
+    x, a, bias = rand(rng, 12, 96), rand(rng, 128, 96).astype(np.float16), rand(rng, 128)
+    if be.has_bfloat16():
+        w = be.weight_bf16(a)
+        assert isinstance(w, gemm_bf16.PackedBf16) and matmul.variant(be, 1, w)[0] == "bf16"
+        direct, out = np.empty((12, 128), np.float32), np.empty((12, 128), np.float32)
+        gemm_bf16.gemm(x, w, bias, direct, be.scratch)
+        K.linear(be, x, w, bias, out)
+        assert np.array_equal(out, direct)
+        added = np.ones((12, 128), np.float32)
+        K.linear_add(be, x, w, bias, added)
+        assert np.array_equal(added, direct + 1)
+        assert matmul.variant(be, 40, be.weight_bf16(a[:100]))[0] == "blas"
+    monkeypatch.setattr(gemm_bf16, "available", lambda: False)
+    assert not be.has_bfloat16()
+    w = be.weight_bf16(a)
+    assert isinstance(w, matmul.HalfRows) and matmul.variant(be, 40, w)[0] == "blas"
 
 
 INT8_TILE_PROBE = """
@@ -675,9 +751,10 @@ def test_attention_int8_scores(be, rng, nq, nk, n_head):
 
 
 def bf16_oracle(x):
-    """NumPy's bfloat16 rounding of float32 x (nearest, ties to even), back as float64."""
-    u = np.asarray(x, np.float32).view(np.uint32).astype(np.uint64)
-    return ((((u + 0x7FFF + ((u >> 16) & 1)) >> 16) << 16).astype(np.uint32)).view(np.float32).astype(np.float64)
+    """ml_dtypes' bfloat16 rounding of float32 x (nearest, ties to even: JAX's own type), back
+    as float64."""
+    import ml_dtypes
+    return np.asarray(x, np.float32).astype(ml_dtypes.bfloat16).astype(np.float64)
 
 
 @pytest.mark.parametrize("nq,nk,n_head", [(1500, 1500, 8), (37, 70, 2), (49, 130, 1)])
