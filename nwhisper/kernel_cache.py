@@ -16,6 +16,12 @@ two can round a sum differently, so a first run and a second would otherwise dif
 bits of an encoder pass (and so, now and then, in a word). Where the cache cannot be written the
 launcher compiles here, as before.
 
+With an empty cache the process and its helper would take turns (the process waits for each
+launcher while the helper idles through the process's own compiles), so at a process's first
+miss the helper is also sent the launchers a first transcription asks for (FIRST, in the order
+it asks: `python -m nwhisper.kernels` records them) and compiles them ahead, on the other core,
+whatever it is asked for meanwhile coming first.
+
 Imported by nwhisper/__init__.py before any module defines a cached function (Numba picks a
 function's cache folder when the function is defined).
 """
@@ -102,56 +108,128 @@ def _load_overload(self, sig, target_context):
     if not (isinstance(target_context, cpu.CPUContext) and _ours(self._py_func)):
         return _numba_load_overload(self, sig, target_context)
     rtsys.initialize(target_context)
+    if _asked is not None and _compiled_apart(self._py_func):
+        _asked.append((self._py_func.__name__, repr(tuple(sig))))
     with self._guard_against_spurious_io_errors():
         cres = self._load_overload(sig, target_context)
-    if cres is None and _compiled_apart(self._py_func) and ApartCompiler.get().compile(self._py_func, sig):
-        with self._guard_against_spurious_io_errors():
-            cres = self._load_overload(sig, target_context)
+    if cres is None and _apart():
+        helper = ApartCompiler.get()    # at the first miss: the launchers ahead of their turn
+        if _compiled_apart(self._py_func) and helper.compile(self._py_func, sig):
+            with self._guard_against_spurious_io_errors():
+                cres = self._load_overload(sig, target_context)
     return cres
 
 
 APART = "NWHISPER_COMPILE_APART"   # "0": compile every launcher in the process that runs it
 LAUNCHERS = "nwhisper.kernels._launch_cpu"
+# The parallel launchers a first `nwhisper transcribe` asks for, in order: name<TAB>repr(types)
+FIRST = os.path.join(PACKAGE, "kernels", "first_launchers.txt")
+_asked = None    # while recording(): the (name, repr(types)) of each launcher loaded, in order
+
+
+def _apart():
+    """Whether launchers compile in a helper (not in the helper itself, nor where
+    NWHISPER_COMPILE_APART=0)."""
+    return os.environ.get(APART, "1") != "0"
 
 
 def _compiled_apart(py_func):
-    """Whether py_func is a parallel CPU launcher, compiled in the helper process (not in the
-    helper itself, nor where NWHISPER_COMPILE_APART=0)."""
-    return (py_func.__module__ == LAUNCHERS and not py_func.__name__.endswith("_serial")
-            and os.environ.get(APART, "1") != "0")
+    """Whether py_func is a parallel CPU launcher, compiled in the helper process where _apart()."""
+    return py_func.__module__ == LAUNCHERS and not py_func.__name__.endswith("_serial") and _apart()
+
+
+class recording:
+    """`with recording() as asked:` the parallel launchers loaded meanwhile (cached or not), as
+    FIRST lists them: [(name, repr(argument types))], each once, in the order asked."""
+
+    def __enter__(self):
+        global _asked
+        _asked = []
+        return _asked
+
+    def __exit__(self, *exc):
+        global _asked
+        _asked[:] = dict.fromkeys(_asked)
+        _asked = None
+
+
+def record_first():
+    """FIRST's lines as this process records them: the default model's default transcription
+    of the precompile clip, as a first `nwhisper transcribe` runs it (in a process that has
+    loaded no launcher yet)."""
+    import numpy as np
+
+    from . import load
+    from .io.audio import load_audio
+    from .precompile import CLIP
+    with recording() as asked:
+        list(load(device="cpu").transcribe(np.array(load_audio(CLIP)))[0])
+    return "".join(f"{name}\t{types}\n" for name, types in asked)
+
+
+def first_launchers():
+    """FIRST's lines as (name, repr(argument types)); none where it is missing."""
+    try:
+        with open(FIRST, encoding="utf-8") as f:
+            return [tuple(line.rstrip("\n").split("\t")) for line in f if "\t" in line]
+    except OSError:
+        return []
 
 
 IDLE_S = 30   # the helper leaves after this long without work (a server compiles only at first)
-# The helper: compiles the launchers it is sent, one (name, signature) at a time, into the cache
+# The helper: compiles the launchers it is sent into the cache: each ("want", name, types) at
+# once, answering whether it did; each ("ahead", name, repr(types)) when nothing is wanted,
+# silently (one that no longer exists or no longer types is skipped)
 _HELPER = f"""
 import os, pickle, select, sys
 out = os.fdopen(os.dup(1), "wb")   # the answers; anything printed goes to stderr
 os.dup2(2, 1)
 sys.path.insert(0, sys.argv[1])
 os.environ[{APART!r}] = "0"
+from numba.core import types
 from nwhisper.kernels import _launch_cpu as launchers
 inp = sys.stdin.buffer
-while select.select([inp], [], [], {IDLE_S})[0]:
-    try:
-        name, sig = pickle.load(inp)
-    except EOFError:
-        break
-    try:
-        getattr(launchers, name).compile(sig)
-        ok = True
-    except Exception as e:
-        print(f"nwhisper: compiling {{name}}{{sig}} apart failed: {{e}}", file=sys.stderr)
-        ok = False
-    pickle.dump(ok, out)
-    out.flush()
+wanted, ahead = [], []
+
+def read(timeout):
+    if not select.select([inp], [], [], timeout)[0]:
+        return False
+    kind, name, sig = pickle.load(inp)     # EOFError: the process has gone
+    (wanted if kind == "want" else ahead).append((name, sig))
+    return True
+
+try:
+    while True:
+        while read(0):
+            pass
+        if not (wanted or ahead or read({IDLE_S})):
+            break
+        if wanted:
+            name, sig = wanted.pop(0)
+            try:
+                getattr(launchers, name).compile(sig)
+                ok = True
+            except Exception as e:
+                print(f"nwhisper: compiling {{name}}{{sig}} apart failed: {{e}}", file=sys.stderr)
+                ok = False
+            pickle.dump(ok, out)
+            out.flush()
+        elif ahead:
+            name, sig = ahead.pop(0)
+            try:
+                getattr(launchers, name).compile(eval(sig, dict(vars(types), bool=types.boolean)))
+            except Exception:
+                pass
+except EOFError:
+    pass
 """
 
 
 class ApartCompiler:
-    """One helper process per process, started at its first parallel launcher missing from the
-    cache and kept while there is work (it imports Numba once; each compilation then costs what
-    it would have cost here); it leaves after IDLE_S idle seconds, and the next miss starts
-    another."""
+    """One helper process per process, started at its first function missing from the cache
+    (sent FIRST's launchers to compile ahead) and kept while there is work (it imports Numba
+    once; each compilation then costs what it would have cost here); it leaves after IDLE_S idle
+    seconds, and the next miss starts another."""
 
     _one = None
     _lock = threading.Lock()
@@ -167,19 +245,27 @@ class ApartCompiler:
 
     def __init__(self):
         self._start()
+        try:
+            self._send([("ahead", name, sig) for name, sig in first_launchers()])
+        except OSError:
+            pass        # it has gone already: compile() starts another
         atexit.register(self.close)
 
     def _start(self):
         self.proc = subprocess.Popen([sys.executable, "-c", _HELPER, os.path.dirname(PACKAGE)],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE)
 
+    def _send(self, messages):
+        for m in messages:
+            pickle.dump(m, self.proc.stdin)
+        self.proc.stdin.flush()
+
     def compile(self, py_func, sig):
         """Whether the helper compiled launcher py_func for argument types `sig` (into the cache);
         asked once more of a new helper where this one had just left."""
         for _ in range(2):
             try:
-                pickle.dump((py_func.__name__, tuple(sig)), self.proc.stdin)
-                self.proc.stdin.flush()
+                self._send([("want", py_func.__name__, tuple(sig))])
                 return pickle.load(self.proc.stdout)
             except (OSError, EOFError, pickle.PickleError):
                 self.proc.kill()

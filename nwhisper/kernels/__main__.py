@@ -1,7 +1,18 @@
-"""`python -m nwhisper.kernels`: rewrite the generated launcher modules from the kernel bodies."""
+"""`python -m nwhisper.kernels`: rewrite the generated launcher modules from the kernel bodies,
+then the list of parallel launchers a first transcription asks for (kernel_cache.FIRST), recorded
+in a process of its own (the launchers as just written, none loaded before)."""
 
+import subprocess
+import sys
+
+from nwhisper import kernel_cache
 from nwhisper.kernels import _compile
 
 for target in ("cpu", "cuda"):
     _compile.write(target)
     print(f"wrote {_compile.path(target)}")
+lines = subprocess.run([sys.executable, "-c", "from nwhisper import kernel_cache as k; print(k.record_first(), end='')"],
+                       check=True, capture_output=True, text=True).stdout
+with open(kernel_cache.FIRST, "w", encoding="utf-8") as f:
+    f.write(lines)
+print(f"wrote {kernel_cache.FIRST}")

@@ -134,3 +134,49 @@ def test_a_first_run_and_a_later_one_give_the_same_bits(tmp_path):
         (first_states, first), (later_states, later) = runs[0][compute_type], runs[1][compute_type]
         assert np.array_equal(first_states, later_states), compute_type
         assert first == later, compute_type
+
+
+def test_the_first_launchers_are_what_a_first_transcription_asks_for():
+    """kernel_cache.FIRST (written by `python -m nwhisper.kernels`) lists the parallel launchers
+    that the default transcription loads, in the order it loads them: what the helper compiles
+    ahead when a process finds the cache empty."""
+    import subprocess
+    import sys
+
+    import paths
+
+    got = subprocess.run([sys.executable, "-c", "from nwhisper import kernel_cache as k; print(k.record_first(), end='')"],
+                         env=paths.env(), check=True, capture_output=True, text=True, timeout=900).stdout
+    assert got.splitlines() == ["\t".join(line) for line in kernel_cache.first_launchers()], \
+        "kernel_cache.FIRST is stale: run `python -m nwhisper.kernels`"
+    assert len(got.splitlines()) >= 5
+
+
+AHEAD = """
+import glob, os, sys, time
+import numpy as np
+from nwhisper import kernel_cache
+first = [line for line in kernel_cache.first_launchers() if line[0] == "gelu_elem"]
+kernel_cache.first_launchers = lambda: first
+from nwhisper.kernels import _launch_cpu as launchers
+x = np.ones(4, np.float32)
+launchers.gelu_elem_serial(4, x, x)        # a miss: the helper starts, sent gelu_elem ahead
+t = time.time()
+while not glob.glob(os.path.join(sys.argv[1], "**", "_launch_cpu.gelu_elem-*.nbi"), recursive=True):
+    assert time.time() - t < 120, "the launcher sent ahead never reached the cache"
+    time.sleep(0.1)
+assert not launchers.gelu_elem.overloads, "compiled here, not in the helper"
+"""
+
+
+def test_an_empty_cache_has_the_helper_compile_the_first_launchers_ahead(tmp_path):
+    """At a process's first cache miss (a serial launcher here) its helper is sent FIRST's
+    launchers (gelu_elem alone here) and compiles them into the cache before anyone asks."""
+    import subprocess
+    import sys
+
+    import paths
+
+    cache = tmp_path / "cache"
+    subprocess.run([sys.executable, "-c", AHEAD, str(cache)], env=paths.env(NUMBA_CACHE_DIR=str(cache)),
+                   check=True, capture_output=True, timeout=600)
