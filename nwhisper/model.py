@@ -217,10 +217,11 @@ class Whisper:
     values are bfloat16 where the CPU has AVX-512 BF16 (kernels/attention_blocked.py), else f32;
     the convolutions and the normalisations stay f32.
 
-    compute_type "bfloat16": float32's, but the encoder's linear layers and the window's cross
-    K/V multiply bfloat16 operands with float32 sums (kernels/gemm_bf16.py: twice a float32
-    FMA's multiply-adds an instruction); the decoder's steps, memory-bound, are float32's. A
-    backend without a bfloat16 GEMM makes it float32, with a warning (as CTranslate2 does)."""
+    compute_type "bfloat16": float32's, but the encoder's linear layers, its attention and the
+    window's cross K/V multiply bfloat16 operands with float32 sums (kernels/gemm_bf16.py and
+    attention_blocked.py: twice a float32 FMA's multiply-adds an instruction); the decoder's
+    steps, memory-bound, are float32's. A backend without a bfloat16 GEMM makes it float32, with
+    a warning (as CTranslate2 does)."""
 
     def __init__(self, ck: Checkpoint, be, compute_type="float32"):
         if compute_type not in COMPUTE_TYPES:
@@ -452,7 +453,8 @@ class Whisper:
             k = blk.attn.k(be, h, s.get("k", n, width))
             v = blk.attn.v(be, h, s.get("v", n, width))
             a = h    # LN(x) is spent once q, k and v are made: the output takes its rows
-            K.attention(be, q, k, v, a, heads, weights=False, int8=self.compute_type == "int8")
+            K.attention(be, q, k, v, a, heads, weights=False, int8=self.compute_type == "int8",
+                        bf16=self.compute_type == "bfloat16")
         else:
             state, i, tokens = cache
             pos = state.length

@@ -243,7 +243,7 @@ SHORT_KEYS = 448
 
 
 def attention(be, q, k, v, out, n_head, causal=False, q_offset=0, weights=True, int8=False,
-              n_keys=None, at=None):
+              n_keys=None, at=None, bf16=False):
     """out = softmax(q k^T / sqrt(hd) [causal mask]) v per head.
 
     q (nq, H*hd), k and v (nk, H*hd), out (nq, H*hd) f32, all row-contiguous (a KV cache is passed
@@ -258,6 +258,8 @@ def attention(be, q, k, v, out, n_head, causal=False, q_offset=0, weights=True, 
     int8=True (compute_type "int8"; the encoder): where the CPU's int8 GEMM runs, the scores of
     many queries are an int8 product (queries and keys quantised per row, as SageAttention does;
     the probabilities' product with the values stays f32).
+    bf16=True (compute_type "bfloat16"; the encoder): where the CPU has AVX-512 BF16, scores and
+    values on bfloat16 operands (attention_blocked); elsewhere f32.
     n_keys: only k's and v's first n_keys rows are keys (a whole row-major KV cache passed with
     its filled length: slicing a CUDA device array is costly Python, and a step would
     slice every layer's cache twice).
@@ -270,7 +272,7 @@ def attention(be, q, k, v, out, n_head, causal=False, q_offset=0, weights=True, 
     width, nq = out.shape[1], q.shape[0]
     keep = weights or not be.on_host or nq <= FEW_QUERIES or isinstance(k, Int8Heads)
     nk = k.shape[k.ndim - 2] if n_keys is None or at is not None else n_keys  # (nk, width) or (H, nk, hd)
-    how = variant(be, nq, nk, k, causal, keep, int8, width // n_head)
+    how = variant(be, nq, nk, k, causal, keep, int8, width // n_head, bf16)
     if at is not None:
         if how == "rows" or how == "device" and be.reads_position(nq, width // n_head, k):
             n_keys, q_offset = None, 0   # all of k's rows, masked past the position read from at
@@ -296,15 +298,15 @@ def attention(be, q, k, v, out, n_head, causal=False, q_offset=0, weights=True, 
                   np.float32(1.0 / math.sqrt(hd)), causal, q_offset, at,
                   work=n_head * nq * nk * hd // 32)  # two vectorised passes over the keys
     elif how == "blocked":
-        attention_blocked.attention(be, q, k, v, out, n_head)
+        attention_blocked.attention(be, q, k, v, out, n_head, "bf16" if bf16 else "int8")
     else:
         attention_blas(be, q, k, v, out, n_head, p, causal, q_offset, how == "blas_int8")
     return p if weights else None
 
 
-def variant(be, nq, nk, k, causal, keep=True, int8=False, hd=0):
+def variant(be, nq, nk, k, causal, keep=True, int8=False, hd=0, bf16=False):
     """Which implementation attention() runs: the first of these that applies (keep: the
-    probabilities are kept; int8: compute_type "int8"; hd: the head width).
+    probabilities are kept; int8, bf16: compute_type "int8", "bfloat16"; hd: the head width).
 
       heads      keys as Int8Heads, or head-major on the host for a few queries and no mask (the
                  decoder's cross-attention): attention_heads, both products in one pass a head
@@ -312,8 +314,8 @@ def variant(be, nq, nk, k, causal, keep=True, int8=False, hd=0):
                  three portable bodies (attention_portable, the reference)
       rows       the host, a few queries over short row-major keys (the decoder's self-attention):
                  attend_row, both products in one body
-      blocked    the host, int8, unmasked, no probabilities kept, heads of 64 and a CPU with VNNI
-                 and BF16: attention_blocked.attention
+      blocked    the host, int8 or bf16, unmasked, no probabilities kept, heads of 64 and a CPU
+                 with BF16 (and VNNI for int8): attention_blocked.attention
       blas_int8  the host, int8, unmasked, no probabilities kept, where the int8 GEMM runs:
                  attention_blas with each head's scores on it
       blas       the host otherwise (the encoder): per head, two BLAS products around exp_rows
@@ -324,9 +326,11 @@ def variant(be, nq, nk, k, causal, keep=True, int8=False, hd=0):
         return "device"
     if nq <= FEW_QUERIES and k.ndim == 2 and nk <= SHORT_KEYS:
         return "rows"
-    if int8 and not keep and not causal:
-        if hd == attention_blocked.HD and attention_blocked.available():
+    if (int8 or bf16) and not keep and not causal:
+        if hd == attention_blocked.HD and attention_blocked.available("bf16" if bf16 else "int8"):
             return "blocked"
+        if bf16:
+            return "blas"
         if gemm_int8.available():
             return "blas_int8"
     return "blas"

@@ -1,10 +1,14 @@
-"""The CPU encoder's int8 attention, a block of queries at a time, so that nothing leaves L2.
+"""The CPU encoder's int8 and bfloat16 attention, a block of queries at a time, so that nothing
+leaves L2.
 
-`compute_type="int8"` on a CPU with AVX-512 VNNI and BF16: a block of BLOCK queries of one head
-is one parallel item, and all of its work stays in that core's cache:
+`compute_type="int8"` on a CPU with AVX-512 VNNI and BF16, and `"bfloat16"` on one with BF16: a
+block of BLOCK queries of one head is one parallel item, and all of its work stays in that core's
+cache:
 
     scores   s = q·kᵀ / √hd for the block's rows over every key: int8 products (queries and keys
-             quantised per row, as SageAttention does) on gemm_int8's VNNI micro-tile
+             quantised per row, as SageAttention does) on gemm_int8's VNNI micro-tile; or, for
+             bfloat16, q and kᵀ / √hd rounded to bfloat16 on gemm_bf16's micro-tile (√hd = 8:
+             the keys' scaling is exact)
     exp      p = exp(s − rowmax), rounded to bfloat16; total = Σ of the rounded p (so that the
              weights the values see sum to what they are divided by), in a fixed order
     values   out = (p · v) / total with v in bfloat16, summed in float32 by `vdpbf16ps`, which
@@ -19,8 +23,10 @@ score block (9 MB) went out to memory and back twice, and the values' product ra
 rate. The probabilities are not kept (the encoder never returns them).
 
 Layouts (H heads of hd = 64 columns, nk keys padded to `wide`, a multiple of 64):
-    queries  xq (nq·H + pad, hd) u8: row m·H + h is query m of head h (q's rows, reshaped)
-    keys     panels (H, wide/64, hd/4, 4, 16, 4) i8: gemm_int8.PackedInt8's per head
+    queries  xq (nq·H + pad, hd) u8: row m·H + h is query m of head h (q's rows, reshaped);
+             bfloat16: xb (nq·H + pad, hd/2) u32, the same rows as gemm_bf16.to_pairs makes them
+    keys     panels (H, wide/64, hd/4, 4, 16, 4) i8: gemm_int8.PackedInt8's per head;
+             bfloat16: kb (H, wide/64, hd/2, 4, 16, 2) u16: gemm_bf16.PackedBf16's per head
     values   vb (H, wide/2, hd, 2) u16: for each pair of keys and each column, the two values'
              bfloat16 side by side (a 32-bit lane of vdpbf16ps)
 
@@ -31,12 +37,11 @@ rounding int8 and bfloat16 add, and against the same products done exactly in Nu
 import functools
 import math
 
-import llvmlite.binding as llvm
 import numpy as np
 from numba import njit, prange, types
 from numba.extending import intrinsic
 
-from nwhisper.kernels import gemm_int8
+from nwhisper.kernels import gemm_bf16, gemm_int8
 from nwhisper.kernels import llvm_ir as L
 from nwhisper.kernels.matmul import quantize_int8
 from nwhisper.kernels.vecmath import bf16, from_key, order_key
@@ -48,10 +53,11 @@ BLOCK = 48      # queries per parallel item (a multiple of ROWS and of gemm_int8
 FIXED = 2.0 ** 40   # the fixed point a row's total is summed in (_exp_row)
 
 @functools.cache
-def available():
-    """True where gemm_int8's tile is VNNI's (the queries are quantised with its offset of 128)
-    and the CPU also has AVX-512 BF16 (vdpbf16ps)."""
-    return gemm_int8.isa() == "avx512vnni" and llvm.get_host_cpu_features().get("avx512bf16", False)
+def available(scores="int8"):
+    """True where the blocked attention runs with `scores` "int8" or "bf16": the values need
+    AVX-512 BF16 (vdpbf16ps, gemm_bf16.available()); int8 scores also gemm_int8's VNNI tile (the
+    queries are quantised with its offset of 128)."""
+    return gemm_bf16.available() and (scores == "bf16" or gemm_int8.isa() == "avx512vnni")
 
 
 @intrinsic
@@ -145,8 +151,9 @@ def _exp_row(typingctx, s_addr, n, top, p_addr):
 
 
 @njit(parallel=True, cache=True)
-def _attend(xq, sx, panels, shift, sw, pad, vb, out, n_head, nq, nk):
-    """Every (head, BLOCK queries) pair is one parallel item: scores, exp, values, in L2."""
+def _attend(xq, sx, panels, shift, sw, xb, kb, pad, vb, out, n_head, nq, nk, bf16_scores):
+    """Every (head, BLOCK queries) pair is one parallel item: scores (int8, or bfloat16 where
+    bf16_scores: xb and kb instead of xq … sw), exp, values, in L2."""
     wide = pad.shape[0]
     n_panels = wide // gemm_int8.COLS
     k4, k2 = HD // 4, wide // 2
@@ -162,9 +169,16 @@ def _attend(xq, sx, panels, shift, sw, pad, vb, out, n_head, nq, nk):
         inv = np.empty(BLOCK, np.float32)
         for r in range(BLOCK):
             sxb[r] = sx[(m0 + r) * n_head + h] if r < rows else np.float32(1.0)
-        x0 = xq[m0 * n_head + h:].ctypes.data
         for pn in range(n_panels):
             n0 = pn * gemm_int8.COLS
+            if bf16_scores:
+                x0 = xb[m0 * n_head + h:].ctypes.data       # rows of HD // 2 pairs, 4 bytes each
+                for r in range(0, rows, gemm_bf16.ROWS):
+                    gemm_bf16._tile(x0 + r * n_head * HD * 2, n_head * HD * 2, kb[h, pn].ctypes.data,
+                                    HD // 2, s[r:, n0:].ctypes.data, wide,
+                                    min(gemm_bf16.ROWS, rows - r), pad[n0:].ctypes.data)
+                continue
+            x0 = xq[m0 * n_head + h:].ctypes.data
             for r in range(0, rows, gemm_int8.ROWS):
                 gemm_int8._tile(x0 + r * n_head * HD, n_head * HD, panels[h, pn].ctypes.data, k4,
                                 s[r:, n0:].ctypes.data, wide, min(gemm_int8.ROWS, rows - r),
@@ -204,6 +218,20 @@ def _pack_keys(kq, k_scale, n_head, scale, panels, shift, sw):
 
 
 @njit(parallel=True, cache=True)
+def _pack_keys_bf16(k, n_head, kb):
+    """k (nk, H·hd) f32 / √hd (hd = 64: × 1/8, exact) into each head's PackedBf16 layout
+    kb (H, wide/64, hd/2, 4, 16, 2), keys past nk zero."""
+    nk = k.shape[0]
+    for hp in prange(kb.shape[0] * kb.shape[1]):
+        h, pn = hp // kb.shape[1], hp % kb.shape[1]
+        for col in range(gemm_bf16.COLS):
+            j = pn * gemm_bf16.COLS + col
+            for c in range(HD):
+                kb[h, pn, c // 2, col // 16, col % 16, c % 2] = (
+                    bf16(k[j, h * HD + c] * np.float32(0.125)) if j < nk else np.uint16(0))
+
+
+@njit(parallel=True, cache=True)
 def _pack_values(v, n_head, vb):
     """v (nk, H·hd) f32 into vb (H, wide/2, hd, 2) bf16, keys past nk zero."""
     nk = v.shape[0]
@@ -215,25 +243,40 @@ def _pack_values(v, n_head, vb):
                 vb[h, t, c, e] = bf16(v[j, h * HD + c]) if j < nk else np.uint16(0)
 
 
-def attention(be, q, k, v, out, n_head):
+def attention(be, q, k, v, out, n_head, scores="int8"):
     """out = softmax(q kᵀ / √hd) v per head, not causal; q (nq, H·hd), k and v (nk, H·hd), out
-    (nq, H·hd) f32, row-contiguous with hd = 64; on the CPU, where available()."""
+    (nq, H·hd) f32, row-contiguous with hd = 64; scores "int8" or "bf16"; on the CPU, where
+    available(scores)."""
     nq, width = q.shape
     nk = k.shape[0]
     if width != n_head * HD:
         raise ValueError(f"attention_blocked: heads of {width // n_head} columns, not {HD}")
     wide = -(-nk // gemm_int8.COLS) * gemm_int8.COLS
-    xq = be.scratch("blocked.xq", ((nq + BLOCK) * n_head, HD), np.uint8)
-    sx = be.scratch("blocked.sx", (nq * n_head,), np.float32)
-    gemm_int8.quantize_rows(np.require(q, np.float32, "C").reshape(nq * n_head, HD), xq, sx,
-                            gemm_int8.offset())
-    kq, k_scale = quantize_int8(be, np.require(k, np.float32, "C").reshape(nk * n_head, HD))
-    panels = be.scratch("blocked.panels", (n_head, wide // gemm_int8.COLS, HD // 4, 4, 16, 4), np.int8)
-    shift = be.scratch("blocked.shift", (n_head, wide), np.int32)
-    sw = be.scratch("blocked.sw", (n_head, wide), np.float32)
-    _pack_keys(kq, k_scale, n_head, np.float32(1.0 / math.sqrt(HD)), panels, shift, sw)
+    q = np.require(q, np.float32, "C").reshape(nq * n_head, HD)
+    rows = (nq + BLOCK) * n_head     # a block's last tile reads rows past nq: zeros
+    unused = be.constant("blocked.unused", lambda: {
+        "xq": np.zeros((1, 1), np.uint8), "sx": np.zeros(1, np.float32),
+        "panels": np.zeros((1,) * 6, np.int8), "shift": np.zeros((1, 1), np.int32),
+        "sw": np.zeros((1, 1), np.float32), "xb": np.zeros((1, 1), np.uint32),
+        "kb": np.zeros((1,) * 6, np.uint16)})
+    if scores == "bf16":
+        xq, sx, panels, shift, sw = (unused[name] for name in ("xq", "sx", "panels", "shift", "sw"))
+        xb = be.scratch("blocked.xb", (rows, HD // 2), np.uint32)
+        gemm_bf16.to_pairs(q, xb)
+        kb = be.scratch("blocked.kb", (n_head, wide // gemm_bf16.COLS, HD // 2, 4, 16, 2), np.uint16)
+        _pack_keys_bf16(np.require(k, np.float32, "C"), n_head, kb)
+    else:
+        xb, kb = unused["xb"], unused["kb"]
+        xq = be.scratch("blocked.xq", (rows, HD), np.uint8)
+        sx = be.scratch("blocked.sx", (nq * n_head,), np.float32)
+        gemm_int8.quantize_rows(q, xq, sx, gemm_int8.offset())
+        kq, k_scale = quantize_int8(be, np.require(k, np.float32, "C").reshape(nk * n_head, HD))
+        panels = be.scratch("blocked.panels", (n_head, wide // gemm_int8.COLS, HD // 4, 4, 16, 4), np.int8)
+        shift = be.scratch("blocked.shift", (n_head, wide), np.int32)
+        sw = be.scratch("blocked.sw", (n_head, wide), np.float32)
+        _pack_keys(kq, k_scale, n_head, np.float32(1.0 / math.sqrt(HD)), panels, shift, sw)
     pad = be.scratch("blocked.pad", (wide,), np.float32)
     pad[:nk], pad[nk:] = 0.0, -np.inf       # padding keys score -inf: exp 0
     vb = be.scratch("blocked.vb", (n_head, wide // 2, HD, 2), np.uint16)
     _pack_values(np.require(v, np.float32, "C"), n_head, vb)
-    _attend(xq, sx, panels, shift, sw, pad, vb, out, n_head, nq, nk)
+    _attend(xq, sx, panels, shift, sw, xb, kb, pad, vb, out, n_head, nq, nk, scores == "bf16")

@@ -758,31 +758,37 @@ def bf16_oracle(x):
 
 
 @pytest.mark.parametrize("nq,nk,n_head", [(1500, 1500, 8), (37, 70, 2), (49, 130, 1)])
-def test_attention_blocked(be, rng, nq, nk, n_head):
-    """compute_type="int8", the encoder's attention with heads of 64: against the portable body
-    (float32 attention) within the roundings' own size, on every CPU (the blocked kernel where
-    it runs, else the int8-score path). Where the CPU has VNNI and BF16 (attention_blocked; this
-    project's machines do): also against the same roundings done in NumPy (scores of the
-    queries and keys quantised per row, exact in float64; probabilities and values rounded to
-    bfloat16; each row divided by the sum of its rounded probabilities), within what its
-    exponential's 9e-5 moves a bfloat16 by (one step, now and then). Query counts that leave a
-    block or a tile part full, keys that leave a 64-key panel part full."""
+@pytest.mark.parametrize("scores", ["int8", "bf16"])
+def test_attention_blocked(be, rng, nq, nk, n_head, scores):
+    """compute_type="int8" and "bfloat16", the encoder's attention with heads of 64: against the
+    portable body (float32 attention) within the roundings' own size, on every CPU (the blocked
+    kernel where it runs, else the int8-score path or float32's). Where the CPU has BF16 (and
+    VNNI for int8 scores: attention_blocked): also against the same roundings done in NumPy
+    (int8: scores of the queries and keys quantised per row, exact in float64; bf16: of the
+    queries and keys / 8 rounded to bfloat16 (ml_dtypes), exact in float64; then probabilities
+    and values rounded to bfloat16, each row divided by the sum of its rounded probabilities),
+    within what its exponential's 9e-5 moves a bfloat16 by (one step, now and then). Query
+    counts that leave a block or a tile part full, keys that leave a 64-key panel part full."""
     q, k, v = rand(rng, nq, 64 * n_head), rand(rng, nk, 64 * n_head), rand(rng, nk, 64 * n_head)
     out = np.full((nq, 64 * n_head), np.float32(np.nan))
-    assert K.attention(be, q, k, v, out, n_head, weights=False, int8=True) is None
+    assert K.attention(be, q, k, v, out, n_head, weights=False, int8=scores == "int8",
+                       bf16=scores == "bf16") is None
     body, p = np.empty_like(out), np.empty((n_head, nq, nk), np.float32)
     attention_mod.attention_portable(be, q, k, v, body, p, False, 0)
-    check("int8 attention vs the portable body", out, body, rtol=3e-2)
-    if not attention_blocked.available():
-        pytest.skip("no AVX-512 VNNI and BF16 here: the blocked kernel's own oracle cannot run "
-                    "(its product against the portable body did)")
+    check(f"{scores} attention vs the portable body", out, body, rtol=3e-2)
+    if not attention_blocked.available(scores):
+        pytest.skip(f"no AVX-512 BF16 (and VNNI) here: the blocked kernel's {scores} oracle cannot "
+                    "run (its product against the portable body did)")
     want = np.zeros((nq, 64 * n_head))
     for h in range(n_head):
         c = slice(64 * h, (h + 1) * 64)
-        xq, sx = quantized_rows_oracle(q[:, c])
-        kq, sk = quantize_int8(be, np.ascontiguousarray(k[:, c]))
-        scores = (xq @ kq.astype(np.int64).T) * (sx[:, None].astype(np.float64) * sk[None, :]) / 8
-        e = bf16_oracle(np.exp(scores - scores.max(1, keepdims=True)))
+        if scores == "int8":
+            xq, sx = quantized_rows_oracle(q[:, c])
+            kq, sk = quantize_int8(be, np.ascontiguousarray(k[:, c]))
+            s = (xq @ kq.astype(np.int64).T) * (sx[:, None].astype(np.float64) * sk[None, :]) / 8
+        else:
+            s = bf16_oracle(q[:, c]) @ bf16_oracle(k[:, c] / np.float32(8)).T
+        e = bf16_oracle(np.exp(s - s.max(1, keepdims=True)))
         want[:, c] = (e @ bf16_oracle(v[:, c])) / e.sum(1, keepdims=True)
     check("blocked attention vs its roundings in NumPy", out, want, rtol=2e-3)
 
