@@ -21,7 +21,8 @@ a warm-up run on the first minute, then the whole recording, timed.
 windows = encoder passes over the whole recording (nwhisper's chunks and the rests it decodes
 again; faster-whisper's chunks). WER = word edits / reference words (lower case, punctuation dropped; "Mr." and "mister" differ,
 so no system reaches 0); each system's text is kept in --work. Ratios are against fw-batched:
-< 1 means faster than it. With --rounds N every system runs N times, the systems' order
+< 1 means faster than it. bfloat16 (nwhisper's, on a CPU with AVX-512 BF16) stands beside
+faster-whisper's float32: CTranslate2 has no bfloat16 on the CPU. With --rounds N every system runs N times, the systems' order
 reversed every other round, and the table gives each one's median and its spread (max / min):
 on a shared machine whose speed drifts by tens of percent within minutes, one run of each
 system apart in time says little.
@@ -111,6 +112,8 @@ def build(minutes, work):
 
 
 def run(system, model, compute, npy, ct2, batch, peer_python):
+    if system.startswith("fw") and compute == "bfloat16":
+        compute = "float32"        # CTranslate2 has no bfloat16 on the CPU
     args = {"system": system, "model": model, "compute": compute, "npy": npy, "ct2": ct2,
             "batch": batch, "threads": THREADS}
     py = sys.executable if system.startswith("nwhisper") else peer_python

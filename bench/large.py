@@ -1,7 +1,7 @@
 """The large models at full size, beside faster-whisper on the same weights: load, memory, the
-encoder's time per 30 s window and the decoder's per token, float32 and int8.
+encoder's time per 30 s window and the decoder's per token, float32, int8 and bfloat16.
 
-    python3 bench/large.py [--models large-v3-turbo,large-v3] [--computes float32,int8] [--windows 2]
+    python3 bench/large.py [--models large-v3-turbo,large-v3] [--computes float32,int8,bfloat16] [--windows 2]
 
 Random float16 weights in each model's exact shapes (large-v3: 32 + 32 layers, 1280 wide, 20
 heads, 128 mel bands, 51866 tokens; turbo: its 4 decoder layers), written once into --work as a
@@ -19,7 +19,9 @@ median of --windows), and the decoder's ms per token after a 64-token prompt (nw
 median of 31 single-token Whisper.decode steps at positions 65…95; faster-whisper, whose decoder
 step is not exposed alone: generate on the same encoder output with two max_length values, the
 time difference over the difference in generated tokens, which it prints). Ratio = nwhisper / faster-whisper (≤ 1: nwhisper at least as
-fast or as light).
+fast or as light). bfloat16 stands beside faster-whisper's float32: CTranslate2 has no bfloat16 on
+the CPU (get_supported_compute_types("cpu")); nwhisper's runs only on a CPU with AVX-512 BF16
+(elsewhere it is float32, and the table says so).
 """
 
 import argparse
@@ -30,6 +32,7 @@ import sys
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+PEER_COMPUTE = {"bfloat16": "float32"}    # CTranslate2 has no bfloat16 on the CPU
 ROOT = os.path.dirname(HERE)
 DECODER_LAYERS = {"large-v3": 32, "large-v3-turbo": 4}
 
@@ -51,6 +54,7 @@ if A["system"] == "nwhisper":
     import nwhisper
     m = nwhisper.load(A["ct2"], device="cpu", compute_type=A["compute"])
     out["load_s"] = time.perf_counter() - t0
+    out["computed"] = m.model.compute_type
     out["rss_mib"], out["hwm_mib"] = rss()
     w = m.model
     times = []
@@ -145,7 +149,7 @@ def child(system, ct2, compute, windows, oracle_python):
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--models", default="large-v3-turbo,large-v3")
-    p.add_argument("--computes", default="float32,int8")
+    p.add_argument("--computes", default="float32,int8,bfloat16")
     p.add_argument("--windows", type=int, default=2)
     p.add_argument("--work", default=os.path.join(tempfile.gettempdir(), "nwhisper-large"))
     p.add_argument("--peer-python", default=os.path.join(ROOT, ".oracle", "bin", "python"))
@@ -158,11 +162,13 @@ def main():
     for name in args.models.split(","):
         ct2 = make(name, args.work, args.peer_python)
         for compute in args.computes.split(","):
-            for system in ("nwhisper", "faster-whisper"):   # unrecorded: Numba's cache, the page cache
-                child(system, ct2, compute, 0, args.peer_python)
+            peer_compute = PEER_COMPUTE.get(compute, compute)
+            child("nwhisper", ct2, compute, 0, args.peer_python)   # unrecorded: Numba's cache, the page cache
+            child("faster-whisper", ct2, peer_compute, 0, args.peer_python)
             ours = child("nwhisper", ct2, compute, args.windows, args.peer_python)
-            peer = child("faster-whisper", ct2, compute, args.windows, args.peer_python)
-            print(f"\n{name}, {compute}, 2 threads")
+            peer = child("faster-whisper", ct2, peer_compute, args.windows, args.peer_python)
+            print(f"\n{name}, {compute} (nwhisper computed {ours.get('computed', '?')}; "
+                  f"faster-whisper {peer_compute}), 2 threads")
             print(f"{'':24}{'nwhisper':>12}{'faster-whisper':>16}{'ratio':>8}")
             for label, key, fmt in rows:
                 a, b = ours.get(key), peer.get(key)
