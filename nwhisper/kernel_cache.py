@@ -18,9 +18,11 @@ launcher compiles here, as before.
 
 With an empty cache the process and its helper would take turns (the process waits for each
 launcher while the helper idles through the process's own compiles), so at a process's first
-miss the helper is also sent the launchers a first transcription asks for (FIRST, in the order
-it asks: `python -m nwhisper.kernels` records them) and compiles them ahead, on the other core,
-whatever it is asked for meanwhile coming first.
+miss the helper is also sent the functions a first transcription loads (FIRST, in the order it
+loads them: `python -m nwhisper.kernels` records them) and compiles them ahead on the other
+core: the parallel launchers in that order, then the rest from the last back, towards the
+process compiling its own from the first (whichever comes second loads it from the cache);
+whatever the process asks for meanwhile comes first.
 
 Imported by nwhisper/__init__.py before any module defines a cached function (Numba picks a
 function's cache folder when the function is defined).
@@ -108,8 +110,8 @@ def _load_overload(self, sig, target_context):
     if not (isinstance(target_context, cpu.CPUContext) and _ours(self._py_func)):
         return _numba_load_overload(self, sig, target_context)
     rtsys.initialize(target_context)
-    if _asked is not None and _compiled_apart(self._py_func):
-        _asked.append((self._py_func.__name__, repr(tuple(sig))))
+    if _asked is not None:
+        _asked.append((_name(self._py_func), repr(tuple(sig))))
     with self._guard_against_spurious_io_errors():
         cres = self._load_overload(sig, target_context)
     if cres is None and _apart():
@@ -122,9 +124,13 @@ def _load_overload(self, sig, target_context):
 
 APART = "NWHISPER_COMPILE_APART"   # "0": compile every launcher in the process that runs it
 LAUNCHERS = "nwhisper.kernels._launch_cpu"
-# The parallel launchers a first `nwhisper transcribe` asks for, in order: name<TAB>repr(types)
+# The cached functions a first `nwhisper transcribe` loads, in order: module:name<TAB>repr(types)
 FIRST = os.path.join(PACKAGE, "kernels", "first_launchers.txt")
-_asked = None    # while recording(): the (name, repr(types)) of each launcher loaded, in order
+_asked = None    # while recording(): the (module:name, repr(types)) of each function loaded
+
+
+def _name(py_func):
+    return f"{py_func.__module__}:{py_func.__qualname__}"
 
 
 def _apart():
@@ -139,8 +145,9 @@ def _compiled_apart(py_func):
 
 
 class recording:
-    """`with recording() as asked:` the parallel launchers loaded meanwhile (cached or not), as
-    FIRST lists them: [(name, repr(argument types))], each once, in the order asked."""
+    """`with recording() as asked:` this package's cached functions loaded meanwhile (from the
+    cache or compiled), as FIRST lists them: [(module:name, repr(argument types))], each once, in
+    the order loaded."""
 
     def __enter__(self):
         global _asked
@@ -168,7 +175,7 @@ def record_first():
 
 
 def first_launchers():
-    """FIRST's lines as (name, repr(argument types)); none where it is missing."""
+    """FIRST's lines as (module:name, repr(argument types)); none where it is missing."""
     try:
         with open(FIRST, encoding="utf-8") as f:
             return [tuple(line.rstrip("\n").split("\t")) for line in f if "\t" in line]
@@ -177,19 +184,23 @@ def first_launchers():
 
 
 IDLE_S = 30   # the helper leaves after this long without work (a server compiles only at first)
-# The helper: compiles the launchers it is sent into the cache: each ("want", name, types) at
-# once, answering whether it did; each ("ahead", name, repr(types)) when nothing is wanted,
-# silently (one that no longer exists or no longer types is skipped)
+# The helper: compiles what it is sent into the cache: each ("want", launcher name, types) at
+# once, answering whether it did; each ("ahead", module:name, repr(types)) when nothing is
+# wanted, silently (one that no longer exists or no longer types is skipped)
 _HELPER = f"""
-import os, pickle, select, sys
+import functools, importlib, os, pickle, select, sys
 out = os.fdopen(os.dup(1), "wb")   # the answers; anything printed goes to stderr
 os.dup2(2, 1)
 sys.path.insert(0, sys.argv[1])
 os.environ[{APART!r}] = "0"
 from numba.core import types
 from nwhisper.kernels import _launch_cpu as launchers
-inp = sys.stdin.buffer
+inp = open(0, "rb", buffering=0, closefd=False)   # unbuffered: select() sees every message
 wanted, ahead = [], []
+
+def function(name):
+    module, _, qualname = name.partition(":")
+    return functools.reduce(getattr, qualname.split("."), importlib.import_module(module))
 
 def read(timeout):
     if not select.select([inp], [], [], timeout)[0]:
@@ -217,7 +228,7 @@ try:
         elif ahead:
             name, sig = ahead.pop(0)
             try:
-                getattr(launchers, name).compile(eval(sig, dict(vars(types), bool=types.boolean)))
+                function(name).compile(eval(sig, dict(vars(types), bool=types.boolean)))
             except Exception:
                 pass
 except EOFError:
@@ -227,7 +238,7 @@ except EOFError:
 
 class ApartCompiler:
     """One helper process per process, started at its first function missing from the cache
-    (sent FIRST's launchers to compile ahead) and kept while there is work (it imports Numba
+    (sent FIRST's functions to compile ahead) and kept while there is work (it imports Numba
     once; each compilation then costs what it would have cost here); it leaves after IDLE_S idle
     seconds, and the next miss starts another."""
 
@@ -245,8 +256,11 @@ class ApartCompiler:
 
     def __init__(self):
         self._start()
+        first = first_launchers()
+        parallel = [f for f in first if f[0].startswith(LAUNCHERS + ":") and not f[0].endswith("_serial")]
+        rest = [f for f in first if f not in parallel]
         try:
-            self._send([("ahead", name, sig) for name, sig in first_launchers()])
+            self._send([("ahead", name, sig) for name, sig in parallel + rest[::-1]])
         except OSError:
             pass        # it has gone already: compile() starts another
         atexit.register(self.close)

@@ -1,6 +1,6 @@
 """`python -m nwhisper.kernels`: rewrite the generated launcher modules from the kernel bodies,
-then the list of parallel launchers a first transcription asks for (kernel_cache.FIRST), recorded
-in a process of its own (the launchers as just written, none loaded before)."""
+then the list of cached functions a first transcription loads (kernel_cache.FIRST), recorded in a
+process of its own (the launchers as just written, nothing loaded before)."""
 
 import subprocess
 import sys

@@ -137,7 +137,7 @@ def test_a_first_run_and_a_later_one_give_the_same_bits(tmp_path):
 
 
 def test_the_first_launchers_are_what_a_first_transcription_asks_for():
-    """kernel_cache.FIRST (written by `python -m nwhisper.kernels`) lists the parallel launchers
+    """kernel_cache.FIRST (written by `python -m nwhisper.kernels`) lists the cached functions
     that the default transcription loads, in the order it loads them: what the helper compiles
     ahead when a process finds the cache empty."""
     import subprocess
@@ -149,29 +149,34 @@ def test_the_first_launchers_are_what_a_first_transcription_asks_for():
                          env=paths.env(), check=True, capture_output=True, text=True, timeout=900).stdout
     assert got.splitlines() == ["\t".join(line) for line in kernel_cache.first_launchers()], \
         "kernel_cache.FIRST is stale: run `python -m nwhisper.kernels`"
-    assert len(got.splitlines()) >= 5
+    assert len(got.splitlines()) >= 10
 
 
 AHEAD = """
 import glob, os, sys, time
 import numpy as np
 from nwhisper import kernel_cache
-first = [line for line in kernel_cache.first_launchers() if line[0] == "gelu_elem"]
+first = [line for line in kernel_cache.first_launchers()
+         if line[0] in ("nwhisper.kernels._launch_cpu:gelu_elem", "nwhisper.kernels.widen:_widen_flat")]
+assert len(first) == 2
 kernel_cache.first_launchers = lambda: first
 from nwhisper.kernels import _launch_cpu as launchers
 x = np.ones(4, np.float32)
-launchers.gelu_elem_serial(4, x, x)        # a miss: the helper starts, sent gelu_elem ahead
+launchers.gelu_elem_serial(4, x, x)        # a miss: the helper starts, sent both ahead
 t = time.time()
-while not glob.glob(os.path.join(sys.argv[1], "**", "_launch_cpu.gelu_elem-*.nbi"), recursive=True):
-    assert time.time() - t < 120, "the launcher sent ahead never reached the cache"
+while not all(glob.glob(os.path.join(sys.argv[1], "**", name), recursive=True)
+              for name in ("_launch_cpu.gelu_elem-*.nbi", "widen._widen_flat-*.nbi")):
+    assert time.time() - t < 120, "what was sent ahead never reached the cache"
     time.sleep(0.1)
-assert not launchers.gelu_elem.overloads, "compiled here, not in the helper"
+from nwhisper.kernels import widen
+assert not launchers.gelu_elem.overloads and not widen._widen_flat.overloads, "compiled here"
 """
 
 
 def test_an_empty_cache_has_the_helper_compile_the_first_launchers_ahead(tmp_path):
     """At a process's first cache miss (a serial launcher here) its helper is sent FIRST's
-    launchers (gelu_elem alone here) and compiles them into the cache before anyone asks."""
+    functions (a parallel launcher and a serial function here) and compiles them into the cache
+    before anyone asks."""
     import subprocess
     import sys
 
