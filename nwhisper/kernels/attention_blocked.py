@@ -47,8 +47,7 @@ from nwhisper.kernels.matmul import quantize_int8
 from nwhisper.kernels.vecmath import bf16, from_key, order_key
 
 HD = 64         # the head width every Whisper model has (d_model / n_head)
-ROWS = 6        # rows of p per values micro-tile: 6 × 4 accumulators + 4 value vectors in registers
-BLOCK = 48      # queries per parallel item (a multiple of ROWS and of gemm_int8.ROWS): its scores
+BLOCK = 48      # queries per parallel item (a multiple of gemm_bf16.ROWS and gemm_int8.ROWS): its scores
                 # (48 × 1536 f32) and probabilities (bf16) take ~440 KB of a core's L2
 FIXED = 2.0 ** 40   # the fixed point a row's total is summed in (_exp_row)
 
@@ -58,47 +57,6 @@ def available(scores="int8"):
     AVX-512 BF16 (vdpbf16ps, gemm_bf16.available()); int8 scores also gemm_int8's VNNI tile (the
     queries are quantised with its offset of 128)."""
     return gemm_bf16.available() and (scores == "bf16" or gemm_int8.isa() == "avx512vnni")
-
-
-@intrinsic
-def _values_tile(typingctx, p_addr, ldp, v_addr, k2, out_addr, ldo, rows, inv_addr):
-    """out[r, c] = inv[r] · Σ_t dot2(p[r, 2t:2t+2], v[2t:2t+2, c]) for r < rows (≤ ROWS), c < 64.
-
-    p_addr: bf16 row 0 of the tile (row stride ldp bytes); v_addr: the head's packed values
-    (k2 pairs of keys, 256 bytes each); out_addr: f32 out[0, 0] of the tile (row stride ldo
-    floats); inv_addr: the rows' 1/total (f32)."""
-    sig = types.void(types.uintp, types.intp, types.uintp, types.intp, types.uintp, types.intp,
-                     types.intp, types.uintp)
-
-    def codegen(context, builder, signature, args):
-        from llvmlite import ir
-        p_addr, ldp, v_addr, k2, out_addr, ldo, rows, inv_addr = args
-        i8, i32, i64, f32 = ir.IntType(8), ir.IntType(32), ir.IntType(64), ir.FloatType()
-        v16, f16x = ir.VectorType(i32, 16), ir.VectorType(f32, 16)
-        vecs = HD // 16
-        # LLVM's own signature takes <32 x bfloat>; the <16 x i32> form is upgraded on parsing.
-        dot = L.declare(builder, "llvm.x86.avx512bf16.dpbf16ps.512", f16x, [f16x, v16, v16])
-        c = lambda v: ir.Constant(i64, v)  # noqa: E731
-        ptr = lambda addr, t: builder.inttoptr(addr, t.as_pointer())  # noqa: E731
-
-        sums = L.broadcast_tile(builder, lambda *a: builder.call(dot, a), ir.Constant(f16x, None),
-                                ptr(p_addr, i8), ldp, ptr(v_addr, i8), k2, 4 * HD, ROWS, vecs, "values")
-
-        out_p, inv_p = ptr(out_addr, f32), ptr(inv_addr, f32)
-        end = builder.append_basic_block("values.end")
-        for r in range(ROWS):   # rows past `rows` (a block's last tile) are not stored
-            store = builder.append_basic_block(f"values.row{r}")
-            builder.cbranch(builder.icmp_signed("<", c(r), rows), store, end)
-            builder.position_at_end(store)
-            inv = L.splat(builder, builder.load(builder.gep(inv_p, [c(r)])), f16x)
-            for j in range(vecs):
-                at = builder.add(builder.mul(c(r), ldo), c(16 * j))
-                builder.store(builder.fmul(sums[r * vecs + j], inv), L.vector_at(builder, out_p, at, f16x), align=4)
-        builder.branch(end)
-        builder.position_at_end(end)
-        return context.get_dummy_value()
-
-    return sig, codegen
 
 
 @intrinsic
@@ -151,9 +109,10 @@ def _exp_row(typingctx, s_addr, n, top, p_addr):
 
 
 @njit(parallel=True, cache=True)
-def _attend(xq, sx, panels, shift, sw, xb, kb, pad, vb, out, n_head, nq, nk, bf16_scores):
+def _attend(xq, sx, panels, shift, sw, xb, kb, pad, vb, out, n_head, nq, nk, bf16_scores, ones, zeros):
     """Every (head, BLOCK queries) pair is one parallel item: scores (int8, or bfloat16 where
-    bf16_scores: xb and kb instead of xq … sw), exp, values, in L2."""
+    bf16_scores: xb and kb instead of xq … sw), exp, values, in L2. ones: gemm_bf16.ONES;
+    zeros: HD of them (the values' product has no bias)."""
     wide = pad.shape[0]
     n_panels = wide // gemm_int8.COLS
     k4, k2 = HD // 4, wide // 2
@@ -176,7 +135,8 @@ def _attend(xq, sx, panels, shift, sw, xb, kb, pad, vb, out, n_head, nq, nk, bf1
                 for r in range(0, rows, gemm_bf16.ROWS):
                     gemm_bf16._tile(x0 + r * n_head * HD * 2, n_head * HD * 2, kb[h, pn].ctypes.data,
                                     HD // 2, s[r:, n0:].ctypes.data, wide,
-                                    min(gemm_bf16.ROWS, rows - r), pad[n0:].ctypes.data)
+                                    min(gemm_bf16.ROWS, rows - r), ones.ctypes.data,
+                                    pad[n0:].ctypes.data)
                 continue
             x0 = xq[m0 * n_head + h:].ctypes.data
             for r in range(0, rows, gemm_int8.ROWS):
@@ -192,10 +152,10 @@ def _attend(xq, sx, panels, shift, sw, xb, kb, pad, vb, out, n_head, nq, nk, bf1
             inv[r] = np.float32(1.0) / _exp_row(s[r].ctypes.data, wide, from_key(top), p[r].ctypes.data)
         for r in range(rows, BLOCK):    # a last block's unused rows: read by a tile, never stored
             p[r, :] = 0
-        for r in range(0, rows, ROWS):
-            _values_tile(p[r:].ctypes.data, wide * 2, vb[h].ctypes.data, k2,
-                         out[m0 + r:, h * HD:].ctypes.data, ldo, min(ROWS, rows - r),
-                         inv[r:].ctypes.data)
+        for r in range(0, rows, gemm_bf16.ROWS):    # out = (p · v) / total: v's panel is 64 wide
+            gemm_bf16._tile(p[r:].ctypes.data, wide * 2, vb[h].ctypes.data, k2,
+                            out[m0 + r:, h * HD:].ctypes.data, ldo, min(gemm_bf16.ROWS, rows - r),
+                            inv[r:].ctypes.data, zeros.ctypes.data)
 
 
 @njit(parallel=True, cache=True)
@@ -279,4 +239,5 @@ def attention(be, q, k, v, out, n_head, scores="int8"):
     pad[:nk], pad[nk:] = 0.0, -np.inf       # padding keys score -inf: exp 0
     vb = be.scratch("blocked.vb", (n_head, wide // 2, HD, 2), np.uint16)
     _pack_values(np.require(v, np.float32, "C"), n_head, vb)
-    _attend(xq, sx, panels, shift, sw, xb, kb, pad, vb, out, n_head, nq, nk, scores == "bf16")
+    _attend(xq, sx, panels, shift, sw, xb, kb, pad, vb, out, n_head, nq, nk, scores == "bf16",
+            gemm_bf16.ONES, be.constant("blocked.zeros", lambda: np.zeros(HD, np.float32)))

@@ -12,9 +12,10 @@ PyTorch's bfloat16 products keep theirs):
                                2 inputs, 256 contiguous bytes = four 16-lane vectors
     out[m, n] = Σ_t dot2(xb[m, t], w[n, 2t:2t+2]) + bias[n]                      (f32 sums)
 
-The micro-kernel (ROWS rows × 64 columns, the whole K loop, the bias added as it stores) is LLVM
-IR in a Numba intrinsic (llvm_ir.broadcast_tile, as gemm_int8's); everything around it is
-ordinary Numba. A CPU fast path of matmul.linear: tested against linear_elem, the portable body,
+The micro-kernel (ROWS rows × 64 columns, the whole K loop, a scale per row and a bias per column
+applied as it stores) is LLVM IR in a Numba intrinsic (llvm_ir.broadcast_tile, as gemm_int8's);
+attention_blocked multiplies its probabilities by the values with it too. Everything around it
+is ordinary Numba. A CPU fast path of matmul.linear: tested against linear_elem, the portable body,
 on the same bfloat16-rounded operands, and against their exact product in NumPy. Where it does
 not run (no AVX-512 BF16, Numba compiling for another CPU, a device backend) the model is
 float32 (model.Whisper says so with a warning, as CTranslate2 does).
@@ -36,6 +37,7 @@ ROWS = 6        # rows of x per micro-tile: 6 × 4 accumulators, 4 weight vector
 VECS = 4        # 16-lane vectors of output columns per micro-tile: 64 columns
 COLS = 16 * VECS
 CHUNK = 16 * ROWS   # rows per parallel item: a panel stays in L2 while they stream past
+ONES = np.ones(ROWS, np.float32)    # the row scales of a product that has none (× 1 is exact)
 
 
 @functools.cache
@@ -48,17 +50,18 @@ def available():
 
 
 @intrinsic
-def _tile(typingctx, x_addr, ldx, w_addr, k2, out_addr, ldo, rows, bias_addr):
-    """One micro-tile: out[r, c] = Σ_t dot2(x[r, t], panel[t, c]) + bias[c] for r < rows
-    (≤ ROWS), c < COLS. x_addr: the tile's row 0 of bfloat16 pairs (row stride ldx bytes);
-    w_addr: the weight panel (k2 pairs, 256 bytes each); out_addr: f32 out[0, 0] of the tile (row
-    stride ldo floats); bias_addr: f32 bias of the tile's first column."""
+def _tile(typingctx, x_addr, ldx, w_addr, k2, out_addr, ldo, rows, scale_addr, bias_addr):
+    """One micro-tile: out[r, c] = Σ_t dot2(x[r, t], panel[t, c]) · scale[r] + bias[c] for
+    r < rows (≤ ROWS), c < COLS. x_addr: the tile's row 0 of bfloat16 pairs (row stride ldx
+    bytes); w_addr: the panel (k2 pairs, 256 bytes each); out_addr: f32 out[0, 0] of the tile
+    (row stride ldo floats); scale_addr: f32 scales of the tile's rows (ONES: none); bias_addr:
+    f32 bias of the tile's first column."""
     sig = types.void(types.uintp, types.intp, types.uintp, types.intp, types.uintp, types.intp,
-                     types.intp, types.uintp)
+                     types.intp, types.uintp, types.uintp)
 
     def codegen(context, builder, signature, args):
         from llvmlite import ir
-        x_addr, ldx, w_addr, k2, out_addr, ldo, rows, bias_addr = args
+        x_addr, ldx, w_addr, k2, out_addr, ldo, rows, scale_addr, bias_addr = args
         i8, i32, i64, f32 = ir.IntType(8), ir.IntType(32), ir.IntType(64), ir.FloatType()
         v16, f16x = ir.VectorType(i32, 16), ir.VectorType(f32, 16)
         # LLVM's own signature takes <32 x bfloat>; the <16 x i32> form is upgraded on parsing.
@@ -68,16 +71,17 @@ def _tile(typingctx, x_addr, ldx, w_addr, k2, out_addr, ldo, rows, bias_addr):
 
         sums = L.broadcast_tile(builder, lambda *a: builder.call(dot, a), ir.Constant(f16x, None),
                                 ptr(x_addr, i8), ldx, ptr(w_addr, i8), k2, 4 * COLS, ROWS, VECS, "bf16")
-        bias_p, out_p = ptr(bias_addr, f32), ptr(out_addr, f32)
+        bias_p, scale_p, out_p = ptr(bias_addr, f32), ptr(scale_addr, f32), ptr(out_addr, f32)
         bias = [builder.load(L.vector_at(builder, bias_p, c(16 * j), f16x), align=4) for j in range(VECS)]
         end = builder.append_basic_block("bf16.end")
         for r in range(ROWS):   # rows past `rows` (the last tile of a count) are not stored
             store = builder.append_basic_block(f"bf16.row{r}")
             builder.cbranch(builder.icmp_signed("<", c(r), rows), store, end)
             builder.position_at_end(store)
+            scale = L.splat(builder, builder.load(builder.gep(scale_p, [c(r)])), f16x)
             for j in range(VECS):
                 at = builder.add(builder.mul(c(r), ldo), c(16 * j))
-                builder.store(builder.fadd(sums[r * VECS + j], bias[j]),
+                builder.store(builder.fadd(builder.fmul(sums[r * VECS + j], scale), bias[j]),
                               L.vector_at(builder, out_p, at, f16x), align=4)
         builder.branch(end)
         builder.position_at_end(end)
@@ -135,8 +139,8 @@ def to_pairs(x, xb):
 
 
 @njit(parallel=True, cache=True)
-def _gemm(xb, panels, bias, out):
-    """Every (panel, CHUNK rows) pair is one parallel item."""
+def _gemm(xb, panels, ones, bias, out):
+    """Every (panel, CHUNK rows) pair is one parallel item; ones: ONES."""
     m_rows = out.shape[0]
     k2 = xb.shape[1]
     ldo = out.strides[0] // 4
@@ -147,7 +151,7 @@ def _gemm(xb, panels, bias, out):
         n0 = p * COLS
         for m0 in range(chunk * CHUNK, min((chunk + 1) * CHUNK, m_rows), ROWS):
             _tile(xb[m0:].ctypes.data, 4 * k2, panels[p].ctypes.data, k2, out[m0:, n0:].ctypes.data,
-                  ldo, min(ROWS, m_rows - m0), bias[n0:].ctypes.data)
+                  ldo, min(ROWS, m_rows - m0), ones.ctypes.data, bias[n0:].ctypes.data)
 
 
 def gemm(x, w: PackedBf16, bias, out, scratch):
@@ -156,4 +160,4 @@ def gemm(x, w: PackedBf16, bias, out, scratch):
     m = x.shape[0]
     xb = scratch("gemm_bf16.xb", (-(-m // ROWS) * ROWS, w.k_padded // 2), np.uint32)
     to_pairs(np.require(x, np.float32, ("C", "A")), xb)
-    _gemm(xb, w.panels, w.no_bias if bias is None else bias, out)
+    _gemm(xb, w.panels, ONES, w.no_bias if bias is None else bias, out)
