@@ -194,7 +194,8 @@ os.dup2(2, 1)
 sys.path.insert(0, sys.argv[1])
 os.environ[{APART!r}] = "0"
 from numba.core import types
-from nwhisper.kernels import _launch_cpu as launchers
+from nwhisper.kernels import _launch_cpu as launchers, blas
+blas.register_symbol()      # the GEMM loops' call into OpenBLAS links to it
 inp = open(0, "rb", buffering=0, closefd=False)   # unbuffered: select() sees every message
 wanted, ahead = [], []
 

@@ -54,19 +54,26 @@ def _openblas():
 
 
 @functools.cache
+def register_symbol():
+    """Whether NumPy's OpenBLAS was found (ILP64, as the loops below are compiled for) and its
+    cblas_sgemm registered with LLVM as _SYMBOL: what loading or compiling them needs (the
+    kernel cache's helper calls this alone)."""
+    found = _openblas()
+    if found is None or found[3] is not ctypes.c_int64:
+        return False
+    llvm.add_symbol(_SYMBOL, ctypes.cast(found[0], ctypes.c_void_p).value)
+    return True
+
+
+@functools.cache
 def available():
     """Whether the GEMMs run here: NumPy's OpenBLAS was found, registered with LLVM and set to
     one thread (once per process; NumPy's own products then run on one thread too)."""
     if os.environ.get("NWHISPER_NUMPY_BLAS") == "1":   # tests: the backend's NumPy path
         return False
-    found = _openblas()
-    if found is None:
+    if not register_symbol():
         return False
-    sgemm, set_threads, _, int_type = found
-    if int_type is not ctypes.c_int64:
-        return False   # the loops below are compiled for ILP64's 64-bit sizes
-    llvm.add_symbol(_SYMBOL, ctypes.cast(sgemm, ctypes.c_void_p).value)
-    set_threads(1)
+    _openblas()[1](1)       # set_num_threads
     # One compilation each, for arrays of any layout ('A'; loaded from the cache after the first
     # run): typed by each call instead, every layout of a, b and c (C-contiguous, or column
     # views) was a compilation of its own -- 18 on a first transcription, ~1.5 s each. What is
