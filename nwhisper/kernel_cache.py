@@ -160,20 +160,6 @@ class recording:
         _asked = None
 
 
-def record_first():
-    """FIRST's lines as this process records them: the default model's default transcription
-    of the precompile clip, as a first `nwhisper transcribe` runs it (in a process that has
-    loaded no launcher yet)."""
-    import numpy as np
-
-    from . import load
-    from .io.audio import load_audio
-    from .precompile import CLIP
-    with recording() as asked:
-        list(load(device="cpu").transcribe(np.array(load_audio(CLIP)))[0])
-    return "".join(f"{name}\t{types}\n" for name, types in asked)
-
-
 def first_launchers():
     """FIRST's lines as (module:name, repr(argument types)); none where it is missing."""
     try:

@@ -69,6 +69,17 @@ def run(model_name=DEFAULT_MODEL, compute_types=None, out=sys.stderr):
     return time.perf_counter() - t0
 
 
+def first_functions():
+    """kernel_cache.FIRST's lines as this process records them: the default model's default
+    transcription of the clip, as a first `nwhisper transcribe` runs it (in a process that has
+    loaded no kernel yet: `python -m nwhisper.kernels` runs it so)."""
+    from . import kernel_cache, load
+
+    with kernel_cache.recording() as asked:
+        list(load(device="cpu").transcribe(np.array(load_audio(CLIP)))[0])
+    return "".join(f"{name}\t{types}\n" for name, types in asked)
+
+
 def speaker_network(samples):
     """Embed two windows with CAM++ at its real size but random weights: --diarize's kernels,
     compiled without the trained weights (which may not be installed when the wheel is built)."""

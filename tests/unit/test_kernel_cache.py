@@ -156,7 +156,7 @@ def test_the_first_launchers_are_what_a_first_transcription_asks_for():
         module, _, qualname = name.partition(":")
         fn = functools.reduce(getattr, qualname.split("."), importlib.import_module(module))
         assert repr(eval(sig, dict(vars(types), bool=types.boolean))) == sig and fn.compile, name
-    got = subprocess.run([sys.executable, "-c", "from nwhisper import kernel_cache as k; print(k.record_first(), end='')"],
+    got = subprocess.run([sys.executable, "-c", "from nwhisper.precompile import first_functions; print(first_functions(), end='')"],
                          env=paths.env(), check=True, capture_output=True, text=True, timeout=900).stdout
     here = [tuple(line.split("\t")) for line in got.splitlines()]
     missing = [name for name, sig in here if (name, sig) not in first]
