@@ -115,7 +115,7 @@ def _load_overload(self, sig, target_context):
     with self._guard_against_spurious_io_errors():
         cres = self._load_overload(sig, target_context)
     if cres is None and _apart():
-        helper = ApartCompiler.get()    # at the first miss: the launchers ahead of their turn
+        helper = ApartCompiler.get()    # at the first miss: FIRST ahead of its turn
         if _compiled_apart(self._py_func) and helper.compile(self._py_func, sig):
             with self._guard_against_spurious_io_errors():
                 cres = self._load_overload(sig, target_context)
@@ -125,7 +125,7 @@ def _load_overload(self, sig, target_context):
 APART = "NWHISPER_COMPILE_APART"   # "0": compile every launcher in the process that runs it
 LAUNCHERS = "nwhisper.kernels._launch_cpu"
 # The cached functions a first `nwhisper transcribe` loads, in order: module:name<TAB>repr(types)
-FIRST = os.path.join(PACKAGE, "kernels", "first_launchers.txt")
+FIRST = os.path.join(PACKAGE, "kernels", "first_functions.txt")
 _asked = None    # while recording(): the (module:name, repr(types)) of each function loaded
 
 
@@ -160,7 +160,7 @@ class recording:
         _asked = None
 
 
-def first_launchers():
+def first_functions():
     """FIRST's lines as (module:name, repr(argument types)); none where it is missing."""
     try:
         with open(FIRST, encoding="utf-8") as f:
@@ -243,7 +243,7 @@ class ApartCompiler:
 
     def __init__(self):
         self._start()
-        first = first_launchers()
+        first = first_functions()
         parallel = [f for f in first if f[0].startswith(LAUNCHERS + ":") and not f[0].endswith("_serial")]
         rest = [f for f in first if f not in parallel]
         try:

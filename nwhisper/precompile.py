@@ -69,7 +69,7 @@ def run(model_name=DEFAULT_MODEL, compute_types=None, out=sys.stderr):
     return time.perf_counter() - t0
 
 
-def first_functions():
+def record_first():
     """kernel_cache.FIRST's lines as this process records them: the default model's default
     transcription of the clip, as a first `nwhisper transcribe` runs it (in a process that has
     loaded no kernel yet: `python -m nwhisper.kernels` runs it so)."""

@@ -11,7 +11,7 @@ from nwhisper.kernels import _compile
 for target in ("cpu", "cuda"):
     _compile.write(target)
     print(f"wrote {_compile.path(target)}")
-lines = subprocess.run([sys.executable, "-c", "from nwhisper.precompile import first_functions; print(first_functions(), end='')"],
+lines = subprocess.run([sys.executable, "-c", "from nwhisper.precompile import record_first; print(record_first(), end='')"],
                        check=True, capture_output=True, text=True).stdout
 with open(kernel_cache.FIRST, "w", encoding="utf-8") as f:
     f.write(lines)

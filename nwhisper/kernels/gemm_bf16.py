@@ -3,9 +3,9 @@
 A bfloat16 is the top half of a float32 (8 exponent bits, 7 of mantissa), so the product of two
 is exact in float32; `vdpbf16ps` multiplies 2 pairs of them into each float32 lane and adds both
 to it — 32 multiply-adds per instruction, twice a float32 FMA's 16. The encoder's products of
-1500 rows, a window's cross K/V and a prompt's rows come here with their operands rounded to
-bfloat16 (to nearest, ties to even) and their sums kept in float32 (as CTranslate2's and
-PyTorch's bfloat16 products keep theirs):
+1500 rows and a window's cross K/V come here with their operands rounded to bfloat16 (to
+nearest, ties to even) and their sums kept in float32 (as CTranslate2's and PyTorch's bfloat16
+products keep theirs); the decoder's steps, memory-bound, stay float32's (linear_tiles):
 
     x (M, K) f32 ──to_pairs──► xb (Mp, Kp/2) u32 = bf16(x[m, 2t]) | bf16(x[m, 2t+1]) << 16
     w (N, K)     ──pack──────► (N/64, Kp/2, 4, 16, 2) u16: for each 64 output columns and each

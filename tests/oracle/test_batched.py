@@ -118,7 +118,9 @@ def test_transcribe_batched_equals_each_window_alone(models, monkeypatch, name, 
     assert all(s.words for s in together) == words
     assert [s.id for s in together] == list(range(1, len(together) + 1))
     text = " ".join(s.text for s in together).lower()
-    for heard in ("ask not what your country", "go on forever", "nothing here needs", "dashwood"):
+    # the 63 s clip's last words: base int8 hears "Nothing care needs ..." where the CPU has VNNI
+    # and BF16 (the blocked int8 attention), float32 and the AVX2 path "Nothing here needs ..."
+    for heard in ("ask not what your country", "go on forever", "needs a network connection", "dashwood"):
         assert heard in text, heard
     assert info.language == "en" and 0 < info.duration_after_vad < info.duration
 

@@ -136,7 +136,7 @@ def test_a_first_run_and_a_later_one_give_the_same_bits(tmp_path):
         assert first == later, compute_type
 
 
-def test_the_first_launchers_are_what_a_first_transcription_asks_for():
+def test_first_lists_what_a_first_transcription_loads():
     """kernel_cache.FIRST (written by `python -m nwhisper.kernels`) lists the cached functions
     that the default transcription loads, in the order it loads them: what the helper compiles
     ahead when a process finds the cache empty. Each names a function that exists, with types
@@ -150,13 +150,13 @@ def test_the_first_launchers_are_what_a_first_transcription_asks_for():
     import paths
     from numba.core import types
 
-    first = kernel_cache.first_launchers()
+    first = kernel_cache.first_functions()
     assert len(first) >= 10
     for name, sig in first:
         module, _, qualname = name.partition(":")
         fn = functools.reduce(getattr, qualname.split("."), importlib.import_module(module))
         assert repr(eval(sig, dict(vars(types), bool=types.boolean))) == sig and fn.compile, name
-    got = subprocess.run([sys.executable, "-c", "from nwhisper.precompile import first_functions; print(first_functions(), end='')"],
+    got = subprocess.run([sys.executable, "-c", "from nwhisper.precompile import record_first; print(record_first(), end='')"],
                          env=paths.env(), check=True, capture_output=True, text=True, timeout=900).stdout
     here = [tuple(line.split("\t")) for line in got.splitlines()]
     missing = [name for name, sig in here if (name, sig) not in first]
@@ -167,11 +167,11 @@ AHEAD = """
 import glob, os, sys, time
 import numpy as np
 from nwhisper import kernel_cache
-first = [line for line in kernel_cache.first_launchers()
+first = [line for line in kernel_cache.first_functions()
          if line[0] in ("nwhisper.kernels._launch_cpu:gelu_elem", "nwhisper.kernels.widen:_widen_flat",
                         "nwhisper.kernels.blas:_block")]
 assert len(first) == 3
-kernel_cache.first_launchers = lambda: first
+kernel_cache.first_functions = lambda: first
 from nwhisper.kernels import _launch_cpu as launchers
 x = np.ones(4, np.float32)
 launchers.gelu_elem_serial(4, x, x)        # a miss: the helper starts, sent both ahead
@@ -185,7 +185,7 @@ assert not launchers.gelu_elem.overloads and not widen._widen_flat.overloads, "c
 """
 
 
-def test_an_empty_cache_has_the_helper_compile_the_first_launchers_ahead(tmp_path):
+def test_an_empty_cache_has_the_helper_compile_first_ahead(tmp_path):
     """At a process's first cache miss (a serial launcher here) its helper is sent FIRST's
     functions (a parallel launcher, a serial function and a BLAS loop here, whose call into
     OpenBLAS the helper must register first: without it LLVM aborted the helper) and compiles
