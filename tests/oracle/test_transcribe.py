@@ -41,6 +41,20 @@ def short_clips(name):
     return [(c, g) for c, g in GREEDY["models"][name]["clips"].items()]
 
 
+def agreement_with_hf(m, name):
+    """(transcripts identical to HF float32's greedy ones, word agreement over all of them) of
+    model m on every short clip."""
+    ours_words, hf_words, identical = [], [], 0
+    for clip, g in short_clips(name):
+        segments, _ = m.transcribe(audio(clip, g["audio_sha256"]), language=g["language"] if
+                                   m.dims.is_multilingual else None)
+        ours, ref = "".join(s.text for s in segments).strip(), g["notimestamps"]["text"].strip()
+        identical += ours == ref
+        ours_words += ours.split()
+        hf_words += ref.split()
+    return identical, difflib.SequenceMatcher(None, ours_words, hf_words).ratio()
+
+
 def test_encoder_matches_hf(model):
     m, name = model
     g = np.load(os.path.join(FIX, "golden", f"model-encoder-{name}.npz"))
@@ -161,18 +175,9 @@ def test_int8_agrees_with_hf(models, name):
     0.0655 against 0.0650 for base, 0.0416 against 0.0418 for tiny.en)."""
     m = models(name, "int8")
     peer = FW_INT8["models"][name]
-    ours_words, hf_words, identical = [], [], 0
     clips = short_clips(name)
     assert sorted(c for c, _ in clips) == sorted(peer["clips"])
-    for clip, g in clips:
-        segments, info = m.transcribe(audio(clip, g["audio_sha256"]), language=g["language"] if
-                                      m.dims.is_multilingual else None)
-        segments = list(segments)
-        ours, ref = "".join(s.text for s in segments).strip(), g["notimestamps"]["text"].strip()
-        identical += ours == ref
-        ours_words += ours.split()
-        hf_words += ref.split()
-    agree = difflib.SequenceMatcher(None, ours_words, hf_words).ratio()
+    identical, agree = agreement_with_hf(m, name)
     print(f"{name} int8: {identical}/{len(clips)} transcripts identical to HF float32, "
           f"word agreement {agree:.4f}; faster-whisper int8: {peer['identical_to_hf_float32']}, "
           f"{peer['word_agreement_with_hf_float32']:.4f}")
@@ -203,15 +208,7 @@ def test_bfloat16_agrees_with_hf(models, name):
     g = np.load(os.path.join(FIX, "golden", f"model-encoder-{name}.npz"))
     states = m.encode(audio(str(g["clip"]), str(g["audio_sha256"])))
     r = np.corrcoef(states[g["rows"]].ravel(), g["states"].ravel())[0, 1]
-    ours_words, hf_words, identical = [], [], 0
-    for clip, c in short_clips(name):
-        segments, _ = m.transcribe(audio(clip, c["audio_sha256"]), language=c["language"] if
-                                   m.dims.is_multilingual else None)
-        ours, ref = "".join(s.text for s in segments).strip(), c["notimestamps"]["text"].strip()
-        identical += ours == ref
-        ours_words += ours.split()
-        hf_words += ref.split()
-    agree = difflib.SequenceMatcher(None, ours_words, hf_words).ratio()
+    identical, agree = agreement_with_hf(m, name)
     print(f"{name} bfloat16: encoder r = {r:.7f}; {identical}/{len(short_clips(name))} transcripts "
           f"identical to HF float32, word agreement {agree:.4f}")
     assert r >= 0.9995
