@@ -5,19 +5,11 @@
                                     [--pause 300] [--load-s 60]
                                     [--load-model base] [--load-compute int8] [--work DIR]
 
-The rooms are built with sox in --work (default /tmp/nwhisper-stream-bench) from fixture speech:
-eight answers of one speaker (cards/*.wav, forever.wav) with 2-3 s between them, 2 s of room
-before the first;
-  quiet   the answers over -70 dBFS white noise;
-  tv      a second voice (librivox and espeak readers, end to end, each at one level) 12 dB
-          below the speaker's level all the way through, before the first answer too;
-  music   plucked chords, four a second (each normalised), 10 dB below the speaker;
-  music5  the same music 5 dB below the speaker.
-Levels are the endpointer's own measure of a speaker (the 90th percentile of 32 ms chunk
-levels), so "12 dB below" is 12 dB below in the terms near_db is set in. Each room is streamed
-at real-time pace (nwhisper.server.client, 40 ms pcm16 frames, pause_ms
---pause) to `nwhisper serve MODEL --compute-type C`. The truth is the construction: where each
-answer's voice begins and ends (its 10 ms frames 15 dB over the clip's floor).
+The rooms (tests/helpers/rooms.py: quiet, tv, music, music5) are built in --work (default
+/tmp/nwhisper-stream-bench) from fixture speech: eight answers of one speaker, in a quiet room,
+under a television voice 12 dB below, under plucked-chord music 10 and 5 dB below. Each room is
+streamed at real-time pace (nwhisper.server.client, 40 ms pcm16 frames, pause_ms --pause) to
+`nwhisper serve MODEL --compute-type C`.
 
 Per room: latency = the final's arrival − the moment the answer's last voiced sample was sent
 (p50 / p95 / max over the answers); `right` = answers with exactly one final, on that answer
@@ -46,7 +38,6 @@ import argparse
 import asyncio
 import json
 import os
-import subprocess
 import sys
 import threading
 import time
@@ -60,86 +51,14 @@ from server_load import EXPECT, ROOT, form, pct, rss_mb, start_server, stop_serv
 
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "tests", "helpers"))
-from fixture_audio import extent  # noqa: E402  (where a clip's voice is: the scenes' truth)
+from rooms import ROOMS, build  # noqa: E402
 from nwhisper.io.audio import resample  # noqa: E402
 from nwhisper.server.client import encode, realtime, stream  # noqa: E402
 
 SR = 16000
 FIX = os.path.join(ROOT, "fixtures")
-ANSWERS = ["cards/001.wav", "forever.wav", "cards/002.wav", "cards/003.wav", "cards/005.wav",
-           "cards/004.wav", "forever.wav", "cards/001.wav"]
-GAPS_S = [2.5, 3.0, 2.0, 2.8, 2.2, 3.0, 2.4]
-LEAD_S, TAIL_S = 2.0, 2.5
-OTHER = ["librivox/sense_and_sensibility_01_austen_64kb-0870.flac", "espeak/en-11s.flac",
-         "librivox/sense_and_sensibility_01_austen_64kb-0890.flac",
-         "librivox/sense_and_sensibility_01_austen_64kb-0920.flac", "espeak/en-63s.flac"]
 EARLY_S = 0.3
 _opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-
-
-def read(rel):
-    x, sr = sf.read(os.path.join(FIX, rel), dtype="float32", always_2d=True)
-    assert sr == SR, rel
-    return x.mean(axis=1)
-
-
-def level_db(x):
-    """A voice's level as the endpointer measures a speaker's: the 90th percentile of its 32 ms
-    chunks' RMS in dBFS, over the chunks within 35 dB of the loudest."""
-    n = 512
-    db = 10 * np.log10((x[:len(x) // n * n].reshape(-1, n) ** 2).mean(1) + 1e-12)
-    return float(np.percentile(db[db > db.max() - 35], 90))
-
-
-def sox(*args):
-    subprocess.run(["sox", *map(str, args)], check=True, stderr=subprocess.DEVNULL)
-
-
-def build(work):
-    """The rooms as 16 kHz WAVs in work/, and the answers' voice spans (s)."""
-    os.makedirs(work, exist_ok=True)
-    parts, truth, t = [np.zeros(int(LEAD_S * SR), np.float32)], [], LEAD_S
-    for i, rel in enumerate(ANSWERS):
-        x = read(rel)
-        a, b = extent(x)
-        truth.append((t + a, t + b))
-        parts.append(x)
-        t += len(x) / SR
-        gap = GAPS_S[i] if i < len(GAPS_S) else TAIL_S
-        parts.append(np.zeros(int(gap * SR), np.float32))
-        t += gap
-    speaker = np.concatenate(parts)
-    seconds = len(speaker) / SR
-    sf.write(os.path.join(work, "speaker.wav"), speaker, SR, subtype="PCM_16")
-    level = level_db(np.concatenate([read(r) for r in sorted(set(ANSWERS))]))
-
-    other = np.concatenate([read(r) * 10 ** ((-30 - level_db(read(r))) / 20) for r in OTHER])   # one level
-    other = np.tile(other, int(np.ceil(len(speaker) / len(other))))[:len(speaker)]
-    sf.write(os.path.join(work, "other.wav"), other, SR, subtype="PCM_16")
-    sox("-n", "-r", SR, "-c", 1, "-b", 16, os.path.join(work, "hiss.wav"), "synth", seconds, "whitenoise", "vol", 0.0003)
-    chords = [("A3", "C4", "E4"), ("F3", "A3", "C4"), ("C3", "E3", "G3"), ("G3", "B3", "D4")]
-    beats = []
-    for k in range(int(seconds * 4) + 1):
-        f = os.path.join(work, f"beat{k % 16}.wav")
-        if not os.path.exists(f):
-            sox("-n", "-r", SR, "-c", 1, "-b", 16, f, "synth", 0.25,
-                *[w for note in chords[(k // 4) % 4] for w in ("pluck", note)], "norm", -6)
-        beats.append(f)
-    sox(*beats, os.path.join(work, "music-raw.wav"))
-    music, _ = sf.read(os.path.join(work, "music-raw.wav"), dtype="float32")
-    rooms = {}
-    sf.write(os.path.join(work, "music.wav"), np.resize(music, len(speaker)), SR, subtype="PCM_16")
-    for name, noise, below in (("quiet", "hiss.wav", None), ("tv", "other.wav", 12.0),
-                               ("music", "music.wav", 10.0), ("music5", "music.wav", 5.0)):
-        out = os.path.join(work, f"{name}.wav")
-        gain = 1.0 if below is None else 10 ** ((level - below - level_db(read_abs(work, noise))) / 20)
-        sox("-m", "-v", 1, os.path.join(work, "speaker.wav"), "-v", round(gain, 5), os.path.join(work, noise), out)
-        rooms[name] = out
-    return rooms, truth, seconds
-
-
-def read_abs(work, name):
-    return sf.read(os.path.join(work, name), dtype="float32")[0]
 
 
 def judge(finals, truth, sent_at):
@@ -264,7 +183,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--models", default="tiny.en,base")
     ap.add_argument("--computes", default="float32,int8")
-    ap.add_argument("--rooms", default="quiet,tv,music,music5")
+    ap.add_argument("--rooms", default=",".join(ROOMS))
     ap.add_argument("--realtime-rooms", default="quiet", help="rooms also sent to /v1/realtime")
     ap.add_argument("--pause", type=int, default=300)
     ap.add_argument("--load-s", type=float, default=60.0, help="0: no load run")

@@ -18,10 +18,18 @@ What it measures as it goes (docs/STREAMING.md has the whole picture):
 - the noise floor: 20th percentile of the levels of the last 10 s of non-speech chunks;
 - the speaker's level: 90th percentile of the last 20 s of chunks that were the speaker's voice;
 - how readily the detector fires on this room's noise: the 90th percentile of p over the last
-  10 s of chunks within 3 dB of the floor; the opening threshold is raised above it;
+  10 s of chunks within 3 dB of the floor outside utterances (inside one they are the speaker's
+  quieter syllables); the opening threshold is raised above it;
+- faint voice: in a room whose noise the detector does not hear as speech (music, a fan), chunks
+  of an open utterance that the detector hears but that sink into the noise's level (the
+  speaker's quieter syllables, the detector's lingering after a word) stop the closing pause's
+  clock for up to FAINT_CHUNKS without moving the voice's end; only once an utterance of the
+  speaker's has closed and this one has reached their level;
 - the near-field gate: a run of voice fewer than 3 of whose last 8 chunks come within `near_db`
   of the speaker's level (3 dB nearer to open an utterance than to keep one open) is someone
-  else's voice (a television, a sibling) and neither opens an utterance nor keeps one open;
+  else's voice (a television, a sibling) and neither opens an utterance nor keeps one open; in
+  an open utterance a new run needs two chunks in a row within near_db (one is as often a
+  quieter voice's loud syllable as the speaker's return), and its first holds the close;
 - a nearer voice: 3 chunks of a run 6 dB above the speaker's level become the speaker's level;
   before any utterance has closed, the open one (opened on the quieter voice, the only level
   known then) is dropped (Drop: no End follows);
@@ -69,6 +77,7 @@ OPEN_MARGIN_DB = 3.0          # opening asks a voice 3 dB nearer than continuing
                               # as the threshold's): a quieter voice's louder run opens nothing
 LOUDER_DB = 6.0               # NEAR_CHUNKS of them this far above the speaker's level are a nearer
                               # voice, whose level is the speaker's from then on
+FAINT_CHUNKS = 6              # faint voice stops the pause's clock for at most 192 ms
 REACH_DB = 3.0                # an utterance's loudest voice chunk comes this near the speaker's
                               # level, or it was someone else's (built rooms: the speaker's
                               # answers +0.9..+6.3 dB, a television's blip 12 dB below: -4.7)
@@ -239,10 +248,14 @@ class Endpointer:
         self.history.append(level_db)
 
         threshold = self.threshold()
-        loud = not o.room or (level_db >= self.noise_db + MIN_SNR_DB and (
-            self.speech_db is None or level_db >= self.speech_db - QUIET_DB))
+        clear = level_db >= self.noise_db + MIN_SNR_DB
+        within = self.speech_db is None or level_db >= self.speech_db - QUIET_DB
+        loud = not o.room or (clear and within)
         cut = threshold - HYSTERESIS if self.open else threshold
         candidate = p >= cut and loud
+        faint = (o.room and self.open and p >= cut and within and not clear
+                 and self.p_noise + THRESHOLD_MARGIN <= o.threshold and self.closes > 0
+                 and self.speech_db is not None and self.peak >= self.speech_db - REACH_DB)
         # the near-field gate: NEAR_CHUNKS of a voice run's last NEAR_WINDOW chunks within near_db
         # of the speaker's level (while the run is younger than that, this chunk alone), so that
         # the quiet ends of the speaker's words pass, and a quieter voice's louder syllables do not
@@ -256,10 +269,13 @@ class Endpointer:
         if candidate and o.near_db > 0 and self.speech_db is not None:
             events += self._louder_voice()
         near = o.near_db <= 0 or self.speech_db is None
+        unconfirmed = False
         if not near:
             gate = self.speech_db - o.near_db + (0.0 if self.open else OPEN_MARGIN_DB)
             near = (sum(v >= gate for v in self.run) >= NEAR_CHUNKS
-                    or (level_db >= gate and len(self.run) < NEAR_WINDOW))
+                    or (len(self.run) < NEAR_WINDOW and level_db >= gate
+                        and (not self.open or len(self.run) > 1 and self.run[-2] >= gate)))
+            unconfirmed = candidate and not near and level_db >= gate
         voiced = candidate and near
 
         # the room: non-speech chunks feed the floor, chunks near the floor tell how the
@@ -271,7 +287,7 @@ class Endpointer:
                 self.peak = max(self.peak, level_db)
         else:
             self.noise.append(level_db)
-        if level_db <= self.noise_db + NOISE_BAND_DB:
+        if not (self.open or voiced) and level_db <= self.noise_db + NOISE_BAND_DB:
             self.noise_p.append(p)
         if n % 4 == 0:
             self._measure()
@@ -289,6 +305,7 @@ class Endpointer:
                     self._gap(silent * CHUNK_MS)
                     self.candidates.append((self.speech_end, n))
                 self.speech_end = n + 1
+                self.faint = 0
                 self.voiced_since_partial += 1
         elif not self.open and self.pending and n - self.pending[-1] >= 5:
             self.pending.clear()
@@ -297,12 +314,15 @@ class Endpointer:
             if o.partials and self.voiced_since_partial * CHUNK_MS >= o.partial_ms:
                 self.voiced_since_partial = 0
                 events.append(Partial(self.seg, _s(self.t0), _s(n + 1), _s(n + 1)))
-            silent_ms = (n + 1 - self.speech_end) * CHUNK_MS
-            if silent_ms >= self.pause_ms:
+            faint = faint and not voiced and self.faint < FAINT_CHUNKS
+            self.faint += faint
+            silent_ms = (n + 1 - self.speech_end - self.faint) * CHUNK_MS
+            tail = self.tail_ms // CHUNK_MS
+            if silent_ms >= self.pause_ms and not unconfirmed:
                 events.append(self._finish("pause", n + 1))
-            elif o.stops and not voiced and silent_ms == self.tail_ms // CHUNK_MS * CHUNK_MS:
-                events.append(Stop(self.seg, _s(self.t0), _s(n + 1), _s(self.speech_start),
-                                   _s(self.speech_end), _s(n + 1)))
+            elif o.stops and not (voiced or faint) and silent_ms == tail * CHUNK_MS:
+                events.append(Stop(self.seg, _s(self.t0), _s(self.speech_end + tail),
+                                   _s(self.speech_start), _s(self.speech_end), _s(n + 1)))
             elif (n + 1 - self.t0) * CHUNK_MS >= o.max_utt_ms:
                 events += self._split(n + 1)
 
@@ -392,6 +412,7 @@ class Endpointer:
         self.t0 = self.speech_start = self.speech_end = 0
         self.candidates = []                          # (silence start, silence end) chunks
         self.voiced_since_partial = 0
+        self.faint = 0                                # faint chunks since the voice's end
         self.peak = -200.0                            # the loudest voice chunk since it opened
 
     def _open(self, first, n):

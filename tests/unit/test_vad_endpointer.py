@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 from click.testing import CliRunner
+import rooms
 from fixture_audio import extent
 
 from nwhisper.cli.vad import command as vad_command
@@ -312,6 +313,31 @@ def test_energy_detector_finds_the_same_utterances_in_quiet():
         assert abs(e.speech_t0 - t0) <= 0.25 and abs(e.speech_t1 - t1) <= 0.25
 
 
+@pytest.fixture(scope="module")
+def built_rooms(tmp_path_factory):
+    return rooms.build(str(tmp_path_factory.mktemp("rooms")))
+
+
+@pytest.mark.parametrize("room", rooms.ROOMS)
+def test_in_every_room_each_answer_closes_at_the_pause(room, built_rooms):
+    """The live bench's rooms (tests/helpers/rooms.py), pause 300 ms: every answer is one
+    utterance, none opens on the television or the music alone, none starts on what came before
+    the answer, and each closes within 0.55 s of its voice's end (the bench adds the
+    transcription to this). Before the room's music was told from the speaker's quiet syllables,
+    answers under music 5 dB below were cut in two at their own short pauses (3 of 8), and a
+    television's lone loud syllables held the first answer open 0.64 s."""
+    paths, truth, _ = built_rooms
+    x, _ = sf.read(paths[room], dtype="float32")
+    got = ends(run(x, EndpointerOptions(pause_ms=300)))
+    on = [[e for e in got if e.speech_t0 < b + 0.1 and e.speech_t1 > a - 0.1] for a, b in truth]
+    assert all(len(o) == 1 for o in on), [[(e.speech_t0, e.speech_t1) for e in o] for o in on]
+    assert len(got) == len(truth)                 # nothing on the room's own sound
+    for (e,), (a, b) in zip(on, truth):
+        assert e.speech_t0 >= a - 0.3
+        assert b - 0.35 <= e.speech_t1 <= b + 0.25, (e, a, b)
+        assert e.at - b <= 0.55, (e, a, b)
+
+
 # -- the state machine alone --------------------------------------------------------------------
 
 def feed(ep, seconds, p, db):
@@ -340,6 +366,34 @@ def test_threshold_rises_above_a_room_the_detector_hears_as_speech():
     assert ep.threshold() >= 0.6
     assert feed(ep, 0.5, 0.6, -49) == []                          # a louder whiff: not speech
     assert any(isinstance(e, Start) for e in feed(ep, 0.3, 0.99, -20))
+
+
+def test_a_quieter_voices_lone_loud_syllables_hold_no_utterance_open():
+    """After the speaker's answer a television 12 dB below talks on: its syllables now and then
+    reach the gate (10 dB below the speaker) one chunk at a time. Each only holds the close for
+    its own chunk; the answer closes one chunk after the pause, not when the television pauses."""
+    ep = Endpointer(level_ms=0, pause_ms=300)
+    feed(ep, 2.0, 0.0, -60)
+    assert feed(ep, 1.5, 1.0, -12)[0].kind == "start"
+    tv = [-40, -40, -28, -21, -28] * 8           # a 64 ms dip breaks the run; one chunk at -21
+    got = [e for db in tv for e in ep.step(1.0, db)]
+    (end,) = [e for e in got if isinstance(e, End)]
+    assert end.speech_t1 == pytest.approx(3.5, abs=0.032)
+    assert end.at <= end.speech_t1 + 0.3 + 0.064
+
+
+def test_the_speakers_quiet_syllables_do_not_raise_the_threshold():
+    """How readily the detector fires on the room is measured outside utterances: inside one,
+    the chunks near the floor are the speaker's own quieter syllables (p near 1 under music)."""
+    ep = Endpointer(level_ms=0)
+    feed(ep, 2.0, 0.02, -30)                                     # music the detector ignores
+    for _ in range(6):                                           # answers dipping to its level
+        for _ in range(2):
+            feed(ep, 0.4, 1.0, -12)
+            feed(ep, 0.2, 0.9, -29)
+        feed(ep, 0.4, 1.0, -12)
+        feed(ep, 1.5, 0.02, -30)
+    assert ep.threshold() == 0.5
 
 
 def test_commands_end_reset_flush():
