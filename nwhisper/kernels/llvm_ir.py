@@ -24,9 +24,9 @@ def vector_at(builder, base, at, t):
 
 def counted_loop(builder, n, step, inits, name):
     """Begin `for i in range(0, n, step)` (i64 n) carrying values that start as `inits`: returns
-    (i, the carried values, close). The body is built after it in one block; close(new) ends it
-    with the values the next iteration carries and returns them as they leave the loop (the
-    inits when n <= 0), the builder positioned after it."""
+    (i, the carried values, close). The body is built after it (it may hold loops of its own);
+    close(new) ends it with the values the next iteration carries and returns them as they
+    leave the loop (the inits when n <= 0), the builder positioned after it."""
     entry = builder.block
     loop = builder.append_basic_block(name + ".loop")
     done = builder.append_basic_block(name + ".done")
@@ -39,16 +39,17 @@ def counted_loop(builder, n, step, inits, name):
         phi.add_incoming(v, entry)
 
     def close(new):
+        latch = builder.block                         # the body's last block
         i_next = builder.add(i, ir.Constant(I64, step))
-        i.add_incoming(i_next, loop)
+        i.add_incoming(i_next, latch)
         for phi, v in zip(carried, new):
-            phi.add_incoming(v, loop)
+            phi.add_incoming(v, latch)
         builder.cbranch(builder.icmp_signed("<", i_next, n), loop, done)
         builder.position_at_end(done)
         out = [builder.phi(v.type) for v in inits]    # phis first: LLVM's rule
         for phi, v0, v in zip(out, inits, new):
             phi.add_incoming(v0, entry)
-            phi.add_incoming(v, loop)
+            phi.add_incoming(v, latch)
         return out
 
     return i, carried, close

@@ -154,22 +154,32 @@ def test_conv1d(be, rng, t_in, c_in, c_out, stride, wdtype):
     assert np.array_equal(cols, be.download(want))
 
 
-# CAM++'s convolutions: (W, T, F, C, C_out, k, stride, dilation, two_d), its shapes made small
+# CAM++'s convolutions: (W, T, F, C, C_out, k, stride, dilation, two_d), its shapes made small;
+# those with 32 outputs are the micro-tile's (conv_tiles.COLS), lines longer than its 12 rows too
 SPEAKER_CONVS = [(2, 9, 12, 1, 8, 3, 1, 1, True), (2, 9, 12, 5, 8, 3, 2, 1, True),
                  (3, 7, 5, 4, 8, 1, 2, 1, True), (2, 11, 1, 6, 8, 5, 2, 1, False),
-                 (2, 13, 1, 16, 4, 3, 1, 2, False), (1, 600, 1, 8, 4, 3, 1, 1, False)]
+                 (2, 13, 1, 16, 4, 3, 1, 2, False), (1, 600, 1, 8, 4, 3, 1, 1, False),
+                 (2, 9, 12, 1, 32, 3, 1, 1, True), (2, 9, 12, 5, 32, 3, 2, 1, True),
+                 (2, 5, 40, 6, 32, 3, 1, 1, True), (2, 11, 1, 6, 32, 5, 2, 1, False),
+                 (2, 13, 1, 16, 32, 3, 1, 2, False), (1, 600, 1, 8, 32, 3, 1, 1, False)]
 
 
 @pytest.mark.parametrize("n,t,f,c,c_out,k,stride,dilation,two_d", SPEAKER_CONVS)
 @pytest.mark.parametrize("residual", [False, True])
 @pytest.mark.parametrize("with_bias", [True, False])
-def test_speaker_conv_tiles_match_the_bodies(be, rng, n, t, f, c, c_out, k, stride, dilation,
-                                             two_d, residual, with_bias):
-    """conv_tiles (the host's fast path) against the portable bodies it stands in for:
-    im2col2d_row or im2col1d_row, then the product, bias, residual and ReLU in NumPy (float64)."""
+@pytest.mark.parametrize("direct", [True, False])
+def test_speaker_conv_tiles_match_the_bodies(be, rng, monkeypatch, n, t, f, c, c_out, k, stride,
+                                             dilation, two_d, residual, with_bias, direct):
+    """conv_tiles (the host's fast path: BLAS on tiles of columns, or with AVX-512 the direct
+    micro-tile for 32 outputs) against the portable bodies it stands in for: im2col2d_row or
+    im2col1d_row, then the product, bias, residual and ReLU in NumPy (float64)."""
     from nwhisper.kernels import conv_tiles, speaker_ops
     if not conv_tiles.available():
         pytest.skip("no BLAS callable from Numba's threads")
+    if direct and not conv_tiles.direct_available():
+        pytest.skip("no AVX-512 here for the direct micro-tile (direct=False ran the BLAS tiles)")
+    if not direct:
+        monkeypatch.setattr(conv_tiles, "direct_available", lambda: False)
     pad = (k - 1) // 2 * dilation
     x = rand(rng, n, t, f, c)
     w, b = rand(rng, c_out, k * (k if two_d else 1) * c), rand(rng, c_out) if with_bias else None
