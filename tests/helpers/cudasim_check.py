@@ -295,7 +295,7 @@ def speakers_fbank(be, windows):
     tone in noise: its faint bands are where float32 arithmetic would differ (speaker_ops.py)."""
     from nwhisper.speakers.fbank import fbank
 
-    return [be.download(fbank(be, be.upload(windows)))]
+    return [be.download(fbank(be, be.upload(windows), portable=True))]
 
 
 def campplus_tiny(be, windows):

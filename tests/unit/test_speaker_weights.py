@@ -133,6 +133,20 @@ def test_fbank_tables_are_kaldis():
     assert fbank.n_frames(24000) == 148 and fbank.n_frames(399) == 0
 
 
+@pytest.mark.parametrize("samples", [400, 720, 24000, 24159])
+def test_fbank_on_the_host_is_the_body(samples):
+    """The host's fbank (NumPy, its FFT) against the portable body that every other backend runs
+    (speaker_ops.fbank_frame: the DFT as two products with float32 rows, float64 sums)."""
+    be = backend.get("cpu")
+    x = voices(3, samples, seed=4)
+    got, want = fbank.fbank(be, x), fbank.fbank(be, x, portable=True)
+    assert got.shape == want.shape == (3, fbank.n_frames(samples), 80)
+    # the body's DFT rows are float32: a tone's leakage into bands far below it moves their logs
+    # by up to 2e-4 (as far as either is from Kaldi's own: the host 1.9e-4, the body 1.6e-4,
+    # tests/oracle/test_speakers_embedding.py)
+    assert np.abs(got - want).max() <= 5e-4, np.abs(got - want).max()
+
+
 @pytest.mark.parametrize("samples", [720, 41600], ids=["3-frames", "2-segments"])
 def test_the_network_is_3d_speakers_in_numpy(samples):
     """The tiny network against campplus_numpy.py (unfolded, channels first, float64) on the same
