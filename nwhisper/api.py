@@ -119,10 +119,12 @@ class WhisperModel:
         return segments, info
 
     def diarizer(self):
-        """The speaker network on this model's backend (loaded on first use)."""
+        """The speaker network on this model's backend, its products in the model's compute type
+        (loaded on first use)."""
         if self._diarizer is None:
             from .speakers.diarize import Diarizer
-            self._diarizer = Diarizer(self.backend, download=not self.offline)
+            self._diarizer = Diarizer(self.backend, download=not self.offline,
+                                      compute_type=self.model.compute_type)
         return self._diarizer
 
 

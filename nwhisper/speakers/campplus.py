@@ -49,12 +49,16 @@ CHUNK_FRAMES = 4096
 class CAMPPlus:
     """CAM++ on backend `be`: embed() maps 16 kHz windows to speaker embeddings."""
 
-    def __init__(self, be=None, path=None, dims=weights.Dims(), params=None):
-        """params: folded parameters (weights.fold's); else read from `path` (weights.load)."""
+    def __init__(self, be=None, path=None, dims=weights.Dims(), params=None, compute_type="float32"):
+        """params: folded parameters (weights.fold's); else read from `path` (weights.load).
+        compute_type: the products' (the 1 × 1 convolutions: the dense layers' bottlenecks, the
+        transits, the embedding) as a transcription model's, "int8" or "bfloat16" where the
+        backend runs them (be.weight_int8, be.weight_bf16); the wider convolutions stay float32."""
         self.be = be or backends.get("cpu")
         self.dims = dims
         params = weights.load(path, dims) if params is None else params
         be = self.be
+        product = {"int8": be.weight_int8, "bfloat16": be.weight_bf16}.get(compute_type, be.weight)
         self._w = {}
         for name, a in params.items():
             module, kind = name.rsplit(".", 1)
@@ -71,8 +75,8 @@ class CAMPPlus:
                 w = a.reshape(o, m, -1, k).transpose(0, 3, 2, 1)
                 self._w[name] = be.weight(np.ascontiguousarray(w).reshape(o, -1))
             else:                    # (o, i, k) -> (o, k, i): im2col1d_row's columns
-                self._w[name] = be.weight(np.ascontiguousarray(
-                    a.transpose(0, 2, 1)).reshape(a.shape[0], -1))
+                w = np.ascontiguousarray(a.transpose(0, 2, 1)).reshape(a.shape[0], -1)
+                self._w[name] = product(w) if a.shape[2] == 1 else be.weight(w)
 
     def features(self, windows):
         """(W, T, 80) f32 on the host: the fbank features the network reads (tests compare them)."""

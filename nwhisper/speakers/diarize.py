@@ -55,12 +55,13 @@ def speaker_name(k):
 class Diarizer:
     """The speaker network on a backend, and the steps around it."""
 
-    def __init__(self, be=None, weights_path=None, download=False):
-        """download: fetch the weights when they are nowhere here (fetch.py), saying so."""
+    def __init__(self, be=None, weights_path=None, download=False, compute_type="float32"):
+        """download: fetch the weights when they are nowhere here (fetch.py), saying so;
+        compute_type: the transcription model's, for the network's products (CAMPPlus)."""
         from .campplus import CAMPPlus
         from .fetch import find
 
-        self.net = CAMPPlus(be, find(weights_path, download))
+        self.net = CAMPPlus(be, find(weights_path, download), compute_type=compute_type)
 
     def __call__(self, samples, num_speakers=None, min_speakers=None, max_speakers=None, regions=None):
         """samples: 16 kHz mono float32; regions: [(start, end)] in samples (default Silero's)."""
