@@ -25,7 +25,6 @@ convolutions 1.4-1.9 times as fast.
 
 import functools
 
-import llvmlite.binding as llvm
 import numpy as np
 from llvmlite import ir
 from numba import config, njit, prange, types
@@ -49,9 +48,7 @@ def available():
 def direct_available():
     """Whether the micro-tile runs here: AVX-512 on the CPU Numba compiles for (with AVX2's 16
     registers its 24 accumulators would spill)."""
-    if config.CPU_NAME not in (None, "host"):
-        return False
-    return llvm.get_host_cpu_features().get("avx512f", False)
+    return L.host_has("avx512f")
 
 
 @intrinsic
@@ -167,10 +164,11 @@ def _pad(x, xp, pad_t, pad_f):
 
 
 @njit(parallel=True, cache=True)
-def _direct(xp, shape, taps, offs, bias, out, t_out, f_out, stride_t, stride_f, residual, relu):
+def _direct(xp, tp, fp, c, taps, offs, bias, out, t_out, f_out, stride_t, stride_f, residual,
+            relu):
     """The micro-tiles along each line of outputs: a (window, time) line along frequency, or,
-    for a 1-D convolution (one frequency), a window's line along time. shape: xp's (W, Tp, Fp, C)."""
-    n, tp, fp, c = shape
+    for a 1-D convolution (one frequency), a window's line along time. xp: the padded input
+    (W, tp, fp, c), flat."""
     rows, n_out = out.shape
     ldo = out.strides[0] // 4
     along_f = f_out > 1
@@ -190,12 +188,13 @@ def _direct(xp, shape, taps, offs, bias, out, t_out, f_out, stride_t, stride_f, 
             _tile(xp[base + p0 * step:].ctypes.data, step, offs.ctypes.data, offs.shape[0],
                   taps.ctypes.data, c, out[r0 + p0:].ctypes.data, ldo, min(ROWS, length - p0),
                   bias.ctypes.data)
-        for r in range(r0, r0 + length):
-            for o in range(n_out):
-                v = out[r, o]
-                if residual.shape[0]:
-                    v += residual[r, o]
-                out[r, o] = max(v, np.float32(0.0)) if relu else v
+        if residual.shape[0] or relu:
+            for r in range(r0, r0 + length):
+                for o in range(n_out):
+                    v = out[r, o]
+                    if residual.shape[0]:
+                        v += residual[r, o]
+                    out[r, o] = max(v, np.float32(0.0)) if relu else v
 
 
 _NO_BIAS = np.empty((0,), np.float32)
@@ -211,7 +210,7 @@ def _conv_direct(be, x, w, bias, out, t_out, f_out, kt, kf, stride_t, stride_f, 
     _pad(x, xp, pad_t, pad_f)
     offs = np.array([(a * dilation_t * fp + b) * c for a in range(kt) for b in range(kf)], np.int64)
     taps = np.ascontiguousarray(w.reshape(COLS, kt * kf, c).transpose(1, 2, 0))   # (tap, C, out)
-    _direct(xp, np.array([n, tp, fp, c], np.int64), taps, offs,
+    _direct(xp, tp, fp, c, taps, offs,
             np.zeros(COLS, np.float32) if bias is None else bias, out, t_out, f_out, stride_t,
             stride_f, _NONE if residual is None else residual, relu)
 

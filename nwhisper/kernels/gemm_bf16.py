@@ -23,10 +23,8 @@ float32 (model.Whisper says so with a warning, as CTranslate2 does).
 
 import functools
 
-import llvmlite.binding as llvm
 import numpy as np
 from numba import njit, prange, types
-from numba.core import config
 from numba.extending import intrinsic
 
 from nwhisper.kernels import llvm_ir as L
@@ -43,10 +41,7 @@ ONES = np.ones(ROWS, np.float32)    # the row scales of a product that has none 
 @functools.cache
 def available():
     """True where the micro-tile can be built: AVX-512 BF16 on the CPU Numba compiles for."""
-    if config.CPU_NAME not in (None, "host"):
-        return False
-    features = llvm.get_host_cpu_features()
-    return all(features.get(f, False) for f in ("avx512f", "avx512bw", "avx512bf16"))
+    return L.host_has("avx512f", "avx512bw", "avx512bf16")
 
 
 @intrinsic

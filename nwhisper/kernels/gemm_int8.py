@@ -32,10 +32,8 @@ dequantised (matmul.dense).
 import functools
 import math
 
-import llvmlite.binding as llvm
 import numpy as np
 from numba import njit, prange, types
-from numba.core import config
 from numba.extending import intrinsic
 
 from nwhisper.kernels import llvm_ir as L
@@ -52,11 +50,8 @@ def supported():
     """The instruction sets this CPU can build the micro-tile from, fastest first:
     "avx512vnni" (vpdpbusd), "avx2" (vpmaddubsw and vpmaddwd); none where Numba compiles for
     another CPU (e.g. NUMBA_CPU_NAME=generic for portable caches)."""
-    if config.CPU_NAME not in (None, "host"):
-        return ()
-    features = llvm.get_host_cpu_features()
-    vnni = all(features.get(f, False) for f in ("avx512f", "avx512bw", "avx512vnni"))
-    return ("avx512vnni",) * vnni + ("avx2",) * features.get("avx2", False)
+    vnni = L.host_has("avx512f", "avx512bw", "avx512vnni")
+    return ("avx512vnni",) * vnni + ("avx2",) * L.host_has("avx2")
 
 
 @functools.cache

@@ -28,9 +28,7 @@ shape (bench/RESULTS.md has the figures).
 
 import functools
 
-import llvmlite.binding as llvm
 from numba import njit, prange, types
-from numba.core import config
 from numba.extending import intrinsic
 
 from nwhisper.kernels import llvm_ir as L
@@ -60,17 +58,14 @@ SHAPES = {int8: sorted({(r, outs(int8)) for r in range(1, ROWS + 1)} | {(1, 1)})
 @functools.cache
 def available():
     """True where the tiles run: AVX2 with FMA and F16C, Numba compiling for this CPU."""
-    if config.CPU_NAME not in (None, "host"):
-        return False
-    features = llvm.get_host_cpu_features()
-    return all(features.get(f, False) for f in ("avx2", "fma", "f16c"))
+    return L.host_has("avx2", "fma", "f16c")
 
 
 def same_as_body():
     """Whether the tiles' sums are linear_elem's bit for bit here: where LLVM vectorises
     linear_elem's loop in 8 lanes × 4 accumulators, as it does on an AVX2 CPU without AVX-512
     (tested; a CPU with AVX-512 may take 16 lanes, and the two then differ by float32 rounding)."""
-    return available() and not llvm.get_host_cpu_features().get("avx512f", False)
+    return available() and not L.host_has("avx512f")
 
 
 def fits(n_in):

@@ -1,13 +1,26 @@
 """What the CPU's vector intrinsics (gemm_int8, attention_blocked) build their LLVM IR from.
 
 Numba has no vector types, so the few loops that need them are written as LLVM IR in Numba
-intrinsics; these are the pieces they share: a broadcast, a vector load's address, and a
-counted loop carrying values (accumulators) from one iteration to the next.
+intrinsics; these are the pieces they share: whether the CPU has the instructions, a
+broadcast, a vector load's address, and a counted loop carrying values (accumulators) from one
+iteration to the next.
 """
 
+import llvmlite.binding as llvm
 from llvmlite import ir
+from numba.core import config
 
 I32, I64 = ir.IntType(32), ir.IntType(64)
+
+
+def host_has(*features):
+    """Whether the CPU Numba compiles for has every one of `features` (LLVM's names: "avx2",
+    "avx512bf16", ...): False where Numba compiles for another CPU (NUMBA_CPU_NAME=generic for
+    portable caches), whose code an intrinsic built for this one would not run on."""
+    if config.CPU_NAME not in (None, "host"):
+        return False
+    have = llvm.get_host_cpu_features()
+    return all(have.get(f, False) for f in features)
 
 
 def splat(builder, value, t):

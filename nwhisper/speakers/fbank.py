@@ -93,7 +93,7 @@ def _frames_host(windows, out, window, filters):
     """fbank_frame's steps for every frame at once, in float64 with NumPy's FFT: out (W, T,
     n_mels) f32, before the per-window mean is taken off."""
     frames = np.lib.stride_tricks.sliding_window_view(windows, FRAME, axis=1)[:, ::HOP]
-    x = frames[:, :out.shape[1]].astype(np.float64)
+    x = frames.astype(np.float64)
     x -= x.mean(axis=2, keepdims=True)
     x[:, :, 1:] -= 0.97 * x[:, :, :-1]
     x[:, :, 0] *= 1.0 - 0.97                  # the first sample against itself

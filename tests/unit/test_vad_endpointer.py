@@ -9,7 +9,6 @@ The pure state machine is also driven directly with made-up (p, level) sequences
 """
 
 import json
-import os
 import warnings
 
 import numpy as np
@@ -18,11 +17,11 @@ import soundfile as sf
 from click.testing import CliRunner
 import rooms
 from fixture_audio import extent
+from rooms import read as load
 
 from nwhisper.cli.vad import command as vad_command
 from nwhisper.vad import End, Endpointer, EndpointerOptions, Level, Partial, Start, run
 
-from paths import ROOT
 SR = 16000
 TOL_S = 0.100                 # issue 6: utterance boundaries within 100 ms of the truth
 
@@ -32,12 +31,6 @@ OTHER = ["librivox/sense_and_sensibility_01_austen_64kb-0880.flac",
 PHRASES = ["cards/001.wav", "cards/003.wav", "cards/004.wav"]
 
 warnings.filterwarnings("ignore", message="kernel bodies changed")
-
-
-def load(rel):
-    x, sr = sf.read(os.path.join(ROOT, "fixtures", rel), dtype="float32", always_2d=True)
-    assert sr == SR
-    return x.mean(axis=1)
 
 
 def active_db(x):
