@@ -16,7 +16,8 @@ Then the share diarization adds to a transcription: `nwhisper.load("base", compu
 one warm-up transcription, then per recording the median of `repeat` transcriptions (language
 detected, word timestamps off, every segment consumed) beside the median diarization time: the
 float32 Diarizer's above, and the model's own (`model.diarizer()`: the speaker network's products
-in the model's compute type, int8; what `transcribe(diarize=True)` runs).
+in the model's compute type, int8, and where the CPU has AVX-512 BF16 its 32-output convolutions
+on bfloat16 pairs; what `transcribe(diarize=True)` runs).
 The machine's load average is printed at the start and the end: these are 2-core machines,
 and a neighbour's work shows in every figure.
 """

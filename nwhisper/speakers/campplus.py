@@ -53,12 +53,15 @@ class CAMPPlus:
         """params: folded parameters (weights.fold's); else read from `path` (weights.load).
         compute_type: the products' (the 1 × 1 convolutions: the dense layers' bottlenecks, the
         transits, the embedding) as a transcription model's, "int8" or "bfloat16" where the
-        backend runs them (be.weight_int8, be.weight_bf16); the wider convolutions stay float32."""
+        backend runs them (be.weight_int8, be.weight_bf16); with either, the wider convolutions
+        of 32 outputs (the front end's 3 × 3, the CAM layers') take bfloat16 operands where the
+        CPU has AVX-512 BF16 (conv_tiles.bf16_available()), else float32."""
         self.be = be or backends.get("cpu")
         self.dims = dims
         params = weights.load(path, dims) if params is None else params
         be = self.be
         product = {"int8": be.weight_int8, "bfloat16": be.weight_bf16}.get(compute_type, be.weight)
+        self._bf16_convs = compute_type in ("int8", "bfloat16")
         self._w = {}
         for name, a in params.items():
             module, kind = name.rsplit(".", 1)
@@ -145,7 +148,8 @@ class CAMPPlus:
             conv_tiles.conv(be, x4, w, bias, out, k, k if two_d else 1,
                             stride_t=1 if two_d else stride, stride_f=stride if two_d else 1,
                             dilation_t=dilation, pad_t=pad, pad_f=pad if two_d else 0,
-                            residual=residual, relu=relu or residual is not None)
+                            residual=residual, relu=relu or residual is not None,
+                            bf16=self._bf16_convs)
             return
         rows = out.shape[0]
         cols = be.workspace((rows, w.shape[1]))

@@ -167,39 +167,50 @@ SPEAKER_CONVS = [(2, 9, 12, 1, 8, 3, 1, 1, True), (2, 9, 12, 5, 8, 3, 2, 1, True
 @pytest.mark.parametrize("n,t,f,c,c_out,k,stride,dilation,two_d", SPEAKER_CONVS)
 @pytest.mark.parametrize("residual", [False, True])
 @pytest.mark.parametrize("with_bias", [True, False])
-@pytest.mark.parametrize("direct", [True, False])
+@pytest.mark.parametrize("path", ["direct", "direct_bf16", "blas"])
 def test_speaker_conv_tiles_match_the_bodies(be, rng, monkeypatch, n, t, f, c, c_out, k, stride,
-                                             dilation, two_d, residual, with_bias, direct):
+                                             dilation, two_d, residual, with_bias, path):
     """conv_tiles (the host's fast path: BLAS on tiles of columns, or with AVX-512 the direct
-    micro-tile for 32 outputs) against the portable bodies it stands in for: im2col2d_row or
-    im2col1d_row, then the product, bias, residual and ReLU in NumPy (float64)."""
+    micro-tile for 32 outputs, in float32 or on bfloat16 pairs) against the portable bodies it
+    stands in for: im2col2d_row or im2col1d_row, then the product, bias, residual and ReLU in
+    NumPy (float64; for bfloat16, of the operands rounded as vecmath.bf16 rounds)."""
     from nwhisper.kernels import conv_tiles, speaker_ops
+    from nwhisper.kernels.vecmath import bf16
     if not conv_tiles.available():
         pytest.skip("no BLAS callable from Numba's threads")
-    if direct and not conv_tiles.direct_available():
-        pytest.skip("no AVX-512 here for the direct micro-tile (direct=False ran the BLAS tiles)")
-    if not direct:
+    if path != "blas" and not conv_tiles.direct_available():
+        pytest.skip("no AVX-512 here for the direct micro-tile (path blas ran the BLAS tiles)")
+    if path == "direct_bf16" and not conv_tiles.bf16_available():
+        pytest.skip("no AVX-512 BF16 here for bfloat16 pairs (path direct ran float32's)")
+    if path == "blas":
         monkeypatch.setattr(conv_tiles, "direct_available", lambda: False)
     pad = (k - 1) // 2 * dilation
     x = rand(rng, n, t, f, c)
     w, b = rand(rng, c_out, k * (k if two_d else 1) * c), rand(rng, c_out) if with_bias else None
+    paired = path == "direct_bf16" and c % 2 == 0 and c_out == conv_tiles.COLS and k > 1
+    if paired:      # the bodies take the operands the pairs hold
+        rounded = lambda a: (np.vectorize(bf16)(a).astype(np.uint32) << 16).view(np.float32)  # noqa: E731
+        x_ref, w_ref = rounded(x), rounded(w)
+    else:
+        x_ref, w_ref = x, w
     if two_d:
         t_out, f_out = t, (f - 1) // stride + 1
         cols = np.zeros((n * t_out * f_out, w.shape[1]), np.float32)
-        be.launch(speaker_ops.im2col2d_row, len(cols), x, cols, f_out, k, stride)
+        be.launch(speaker_ops.im2col2d_row, len(cols), x_ref, cols, f_out, k, stride)
     else:
         t_out, f_out = (t + 2 * pad - dilation * (k - 1) - 1) // stride + 1, 1
         cols = np.zeros((n * t_out, w.shape[1]), np.float32)
-        be.launch(speaker_ops.im2col1d_row, len(cols), x[:, :, 0], cols, t_out, k, stride,
+        be.launch(speaker_ops.im2col1d_row, len(cols), x_ref[:, :, 0], cols, t_out, k, stride,
                   dilation, pad)
-    want = cols.astype(np.float64) @ w.T.astype(np.float64)
+    want = cols.astype(np.float64) @ w_ref.T.astype(np.float64)
     short = rand(rng, *want.shape) if residual else None
     want = want + (0 if b is None else b) + (0 if short is None else short)
     want = np.maximum(want, 0) if residual else want
     got = np.full(want.shape, np.nan, np.float32)
     conv_tiles.conv(be, x, w, b, got, k, k if two_d else 1, stride_t=1 if two_d else stride,
                     stride_f=stride if two_d else 1, dilation_t=dilation, pad_t=pad,
-                    pad_f=pad if two_d else 0, residual=short, relu=residual)
+                    pad_f=pad if two_d else 0, residual=short, relu=residual,
+                    bf16=path == "direct_bf16")
     check("conv_tiles", got, want)
 
 
