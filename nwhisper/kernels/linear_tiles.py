@@ -28,6 +28,7 @@ shape (bench/RESULTS.md has the figures).
 
 import functools
 
+import numpy as np
 from numba import njit, prange, types
 from numba.extending import intrinsic
 
@@ -219,7 +220,9 @@ def linear(x, w, scale, bias, out, acc):
     bits), scale and bias (n_out,) f32 (ones and zeros where the layer has none), out (n, n_out)
     f32; rows of x and out with unit column stride."""
     for item in prange(items(w.shape[0])):
-        _item(item, x, w, scale, bias, out, acc)
+        # the parallel loop's own compile types prange's index uint64: as int64, _item compiles
+        # once, not twice (~1 s of a first command)
+        _item(np.int64(item), x, w, scale, bias, out, acc)
 
 
 @njit(cache=True)
