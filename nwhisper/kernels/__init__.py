@@ -14,8 +14,9 @@ how it becomes a CPU and a CUDA launcher; `python -m nwhisper.kernels` rewrites 
 _launch_cpu.py / _launch_cuda.py). Fast paths stand beside the portable bodies and are tested
 against them: BLAS for GEMMs and attention on the CPU (matmul.variant, attention.variant), the
 CPU's int8 and bfloat16 GEMMs (gemm_int8.py, gemm_bf16.py), register-tiled decoder products
-(linear_tiles.py) and blocked int8 and bfloat16 attention (attention_blocked.py), the speaker network's convolutions a cache-sized tile at
-a time (conv_tiles.py), and _cuda_fast.py's tiled GEMM, GEMV and block-per-row softmax on CUDA.
+(linear_tiles.py), blocked int8 and bfloat16 attention (attention_blocked.py) and fused float32
+attention (attention_fused.py), the speaker network's convolutions a cache-sized tile at a time
+(conv_tiles.py), and _cuda_fast.py's tiled GEMM, GEMV and block-per-row softmax on CUDA.
 
 Bodies whose ops live with their network: vad_ops.py (nwhisper.vad.silero) and speaker_ops.py
 (nwhisper.speakers: fbank and CAM++).

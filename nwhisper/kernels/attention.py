@@ -20,7 +20,8 @@ encoder, a long prompt) run the two products on BLAS one head at a time while it
 cache, reduce.exp_rows (an exponential that vectorises) between them, then 1/sum scales the
 output, or the probabilities when they are returned (without, one head's buffer serves all);
 compute_type "int8" on a CPU with VNNI and BF16 runs attention_blocked instead (a block of
-queries at a time in L2: int8 scores, bfloat16 probabilities and values).
+queries at a time in L2: int8 scores, bfloat16 probabilities and values); float32 on a CPU with
+AVX-512 attention_fused (a block of queries at a time in L2, all three steps in float32).
 Each is tested against the portable path.
 """
 
@@ -28,7 +29,7 @@ import math
 
 import numpy as np
 
-from nwhisper.kernels import attention_blocked, blas, gemm_int8
+from nwhisper.kernels import attention_blocked, attention_fused, blas, gemm_int8
 from nwhisper.kernels._compile import kernel
 from nwhisper.kernels.matmul import quantize_int8
 from nwhisper.kernels.reduce import exp_rows
@@ -299,6 +300,8 @@ def attention(be, q, k, v, out, n_head, causal=False, q_offset=0, weights=True, 
                   work=n_head * nq * nk * hd // 32)  # two vectorised passes over the keys
     elif how == "blocked":
         attention_blocked.attention(be, q, k, v, out, n_head, "bf16" if bf16 else "int8")
+    elif how == "fused":
+        attention_fused.attention(be, q, k, v, out, n_head)
     else:
         attention_blas(be, q, k, v, out, n_head, p, causal, q_offset, how == "blas_int8")
     return p if weights else None
@@ -318,7 +321,9 @@ def variant(be, nq, nk, k, causal, keep=True, int8=False, hd=0, bf16=False):
                  with BF16 (and VNNI for int8): attention_blocked.attention
       blas_int8  the host, int8, unmasked, no probabilities kept, where the int8 GEMM runs:
                  attention_blas with each head's scores on it
-      blas       the host otherwise (the encoder): per head, two BLAS products around exp_rows
+      fused      the host, float32, unmasked, no probabilities kept, row-major keys, heads of 64
+                 and a CPU with AVX-512 (the encoder): attention_fused.attention
+      blas       the host otherwise: per head, two BLAS products around exp_rows
     """
     if isinstance(k, Int8Heads) or (be.on_host and k.ndim == 3 and nq <= FEW_QUERIES and not causal):
         return "heads"
@@ -333,6 +338,9 @@ def variant(be, nq, nk, k, causal, keep=True, int8=False, hd=0, bf16=False):
             return "blas"
         if gemm_int8.available():
             return "blas_int8"
+    if (not keep and not causal and k.ndim == 2 and hd == attention_fused.HD
+            and nk >= attention_fused.KEYS and attention_fused.available()):
+        return "fused"
     return "blas"
 
 

@@ -17,7 +17,8 @@ import pytest
 
 from nwhisper import backend
 from nwhisper import kernels as K
-from nwhisper.kernels import _compile, attention_blocked, gemm_bf16, gemm_int8, linear_tiles, matmul
+from nwhisper.kernels import (_compile, attention_blocked, attention_fused, gemm_bf16, gemm_int8,
+                              linear_tiles, matmul)
 from nwhisper.kernels.matmul import GEMV_ROWS, linear_elem, quantize_int8
 
 # The module, not the op that nwhisper.kernels re-exports under the same name.
@@ -812,6 +813,33 @@ def test_attention_blocked(be, rng, nq, nk, n_head, scores):
         e = bf16_oracle(np.exp(s - s.max(1, keepdims=True)))
         want[:, c] = (e @ bf16_oracle(v[:, c])) / e.sum(1, keepdims=True)
     check("blocked attention vs its roundings in NumPy", out, want, rtol=2e-3)
+
+
+@pytest.mark.parametrize("nq,nk,n_head", [(1500, 1500, 6), (37, 70, 2), (49, 130, 1), (48, 8, 3),
+                                          (100, 9, 1)])
+@pytest.mark.parametrize("stacked", [False, True])
+def test_attention_fused(be, rng, nq, nk, n_head, stacked):
+    """float32, the encoder's attention with heads of 64 (no probabilities kept): on a CPU with
+    AVX-512 attention_fused, against the portable body and float64 NumPy. Query counts that
+    leave a block and a values tile part full, key counts that leave a scores tile part full
+    (the last overlaps the one before), the fewest keys it takes; q, k and v as they come, or
+    as column slices of one stacked product (rows of a wider stride)."""
+    d = 64 * n_head
+    q, k, v = rand(rng, nq, d), rand(rng, nk, d), rand(rng, nk, d)
+    if stacked:
+        q = np.concatenate([q, rand(rng, nq, 2 * d)], axis=1)[:, :d]
+        kv = np.concatenate([k, v], axis=1)
+        k, v = kv[:, :d], kv[:, d:]
+    if be.name == "cpu" and attention_fused.available():
+        assert attention_mod.variant(be, nq, nk, k, False, keep=False, hd=64) == "fused"
+    out = np.full((nq, d), np.float32(np.nan))
+    assert K.attention(be, q, k, v, out, n_head, weights=False) is None
+    body, p = np.empty_like(out), np.empty((n_head, nq, nk), np.float32)
+    attention_mod.attention_portable(be, np.ascontiguousarray(q), np.ascontiguousarray(k),
+                                     np.ascontiguousarray(v), body, p, False, 0)
+    check("attention vs the portable body", out, body)
+    want, _ = ref_attention(q, k, v, n_head, False, 0)
+    check("attention vs NumPy", out, want)
 
 
 @pytest.mark.parametrize("nq,nk,n_head", [(1, 1500, 8), (5, 37, 2)])
