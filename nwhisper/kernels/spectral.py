@@ -7,8 +7,10 @@ in such a bin: a float32 DFT misses Hugging Face's WhisperFeatureExtractor by mo
 2e-5 it is held to; float64 agrees to float32 output rounding.
 
 CPU fast path: NumPy's real FFT (pocketfft, float64) of all frames at once, far cheaper than the
-portable body's direct DFT on the CPU, and tested against it. (On a GPU the direct DFT is a
-well-shaped, embarrassingly parallel job.)
+portable body's direct DFT on the CPU, and the filter bank, log10, maximum and clamp in NumPy
+(float64, then rounded to float32 as the bodies round): no kernel of this module is compiled for
+a first transcription on the CPU (~1 s of compiling). Tested against the bodies. (On a GPU the
+direct DFT is a well-shaped, embarrassingly parallel job.)
 """
 
 import math
@@ -96,8 +98,20 @@ def _log_frames(be, signal, window, cos_t, sin_t, filters, live, hop, n_mels):
     logspec = be.scratch("mel_logspec", (max(live, 1), n_mels), np.float64)
     if live:
         stft_power(be, signal, window, cos_t, sin_t, power, hop)
-        be.launch(mel_log_frame, live, power, filters, logspec, n_mels, n_freq)
+        if be.on_host:
+            np.log10(np.maximum(power[:live] @ filters.T, 1e-10), out=logspec[:live])
+        else:
+            be.launch(mel_log_frame, live, power, filters, logspec, n_mels, n_freq)
     return logspec
+
+
+def _peak(be, logspec, live):
+    """The largest of logspec[:live] (live ≥ 1), as a (1,) f64 array on the backend."""
+    if be.on_host:
+        return np.array([logspec[:live].max()])
+    top = be.scratch("mel_top", (1,), np.float64)
+    be.launch(mel_max, 1, logspec, live, top)
+    return top
 
 
 def log_mel_peak(be, signal, window, cos_t, sin_t, filters, live, hop, n_mels):
@@ -106,9 +120,7 @@ def log_mel_peak(be, signal, window, cos_t, sin_t, filters, live, hop, n_mels):
     if not live:
         return -10.0
     logspec = _log_frames(be, signal, window, cos_t, sin_t, filters, live, hop, n_mels)
-    top = be.scratch("mel_top", (1,), np.float64)
-    be.launch(mel_max, 1, logspec, live, top)
-    return float(be.download(top)[0])
+    return float(be.download(_peak(be, logspec, live))[0])
 
 
 def log_mel(be, signal, window, cos_t, sin_t, filters, live, hop, out, top=None):
@@ -121,8 +133,12 @@ def log_mel(be, signal, window, cos_t, sin_t, filters, live, hop, out, top=None)
     if top is not None:
         top = be.upload(np.array([top], np.float64))
     elif live:
-        top = be.scratch("mel_top", (1,), np.float64)
-        be.launch(mel_max, 1, logspec, live, top)
+        top = _peak(be, logspec, live)
     else:                                   # no audio at all: every frame is the floor
         top = be.upload(np.array([-10.0]))
+    if be.on_host:
+        lo = top[0] - 8.0
+        out[:live] = (np.maximum(logspec[:live], lo) + 4.0) / 4.0
+        out[live:] = (max(-10.0, lo) + 4.0) / 4.0
+        return
     be.launch(mel_normalize_row, n_frames, logspec, top, live, np.float64(-10.0), out)

@@ -1241,3 +1241,34 @@ def test_kernels_compiled_here_and_loaded_from_the_cache_compute_the_same(tmp_pa
     differ = [name for name in runs[0]
               if any(not np.array_equal(a, b) for a, b in zip(runs[0][name], runs[1][name]))]
     assert not differ, f"compiled and cached kernels differ: {differ}"
+
+
+@pytest.mark.parametrize("live,n_frames", [(37, 37), (20, 50), (0, 12)])
+def test_log_mel_on_the_host_is_the_bodies(live, n_frames):
+    """The CPU's NumPy filter bank, log10, maximum and clamp against the bodies that a device
+    runs (mel_log_frame, mel_max, mel_normalize_row) on the same power: the same float32 values
+    but where float64 sums in another order round a value the other way (at most one step)."""
+    from nwhisper import mel as M
+    from nwhisper.kernels import spectral
+
+    be = backend.get("cpu")
+    rng = np.random.default_rng(11)
+    hop, n_mels = 160, 80
+    signal = rng.standard_normal(max(live, 1) * hop + 400) * np.float64(0.05)
+    signal[: len(signal) // 3] *= 1e-5        # quiet frames: the clamp at top − 8 applies
+    window, (cos_t, sin_t), filters = M.hann_window(), M.dft_basis(), M.mel_filters(n_mels)
+    got = np.full((n_frames, n_mels), np.nan, np.float32)
+    spectral.log_mel(be, signal, window, cos_t, sin_t, filters, live, hop, got)
+    power = np.empty((max(live, 1), 201))
+    spectral.stft_power(be, signal, window, cos_t, sin_t, power, hop)
+    logspec, top = np.empty((max(live, 1), n_mels)), np.array([-10.0])
+    if live:
+        be.launch(spectral.mel_log_frame, live, power, filters, logspec, n_mels, 201)
+        be.launch(spectral.mel_max, 1, logspec, live, top)
+    want = np.empty((n_frames, n_mels), np.float32)
+    be.launch(spectral.mel_normalize_row, n_frames, logspec, top, live, np.float64(-10.0), want)
+    steps = np.abs(got.view(np.int32).astype(np.int64) - want.view(np.int32))
+    print(f"log-mel host vs bodies: {int((steps > 0).sum())} of {steps.size} values a step apart")
+    assert steps.max() <= 1
+    if live:
+        assert (got == -1.5).sum() < got.size       # not all floor: the signal was seen
