@@ -27,7 +27,7 @@ import functools
 
 import numpy as np
 from llvmlite import ir
-from numba import get_num_threads, get_thread_id, njit, prange, types
+from numba import config, get_thread_id, njit, prange, types
 from numba.extending import intrinsic
 
 from nwhisper.kernels import llvm_ir as L
@@ -198,7 +198,7 @@ def attention(be, q, k, v, out, n_head):
     nq, nk = q.shape[0], k.shape[0]
     if out.shape[1] != n_head * HD:
         raise ValueError(f"attention_fused: heads of {out.shape[1] // n_head} columns, not {HD}")
-    threads = get_num_threads()
+    threads = config.NUMBA_NUM_THREADS      # every id get_thread_id() can give, whatever the mask
     scratch = be.scratch("fused.scores", (threads, BLOCK * nk))
     queries_t = be.scratch("fused.queries", (threads, HD * BLOCK))
     _attend(q, k, v, out, n_head, scratch, queries_t)
