@@ -37,6 +37,7 @@ from nwhisper.kernels import blas, gemm_bf16
 from nwhisper.kernels import llvm_ir as L
 from nwhisper.kernels.blas import _NO_TRANS, _ROW_MAJOR, _TRANS, _sgemm
 from nwhisper.kernels.vecmath import bf16 as bf16_of
+from nwhisper.kernels.vecmath import bf16_array
 
 TILE_BYTES = 1 << 18    # a tile's columns: 256 KB, inside any x86 core's L2 beside the weights
 ROWS = 12               # output positions per micro-tile: 12 × 2 accumulators, 2 weight vectors
@@ -257,18 +258,11 @@ def _conv_direct(be, x, w, bias, out, t_out, f_out, kt, kf, stride_t, stride_f, 
     _pad(x, xp, pad_t, pad_f)
     taps = w.reshape(COLS, kt * kf, c).transpose(1, 2, 0)       # (tap, C, out)
     if bf16:    # (tap, C/2, out, 2)
-        taps = bf16_bits(taps.reshape(kt * kf, unit, 2, COLS).transpose(0, 1, 3, 2)).view(np.uint32)
+        taps = bf16_array(taps.reshape(kt * kf, unit, 2, COLS).transpose(0, 1, 3, 2)).view(np.uint32)
     offs = np.array([(a * dilation_t * fp + b) * unit for a in range(kt) for b in range(kf)], np.int64)
     _direct(xp, tp, fp, unit, np.ascontiguousarray(taps), offs,
             np.zeros(COLS, np.float32) if bias is None else bias, out, t_out, f_out, stride_t,
             stride_f, _NONE if residual is None else residual, relu)
-
-
-def bf16_bits(a):
-    """The bits of the bfloat16 nearest each of float32 array a (ties to even), as vecmath.bf16
-    rounds: uint16, C-contiguous."""
-    b = np.ascontiguousarray(a, np.float32).view(np.uint32)
-    return ((b + np.uint32(0x7FFF) + ((b >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16)).astype(np.uint16)
 
 
 def conv(be, x, w, bias, out, kt, kf, stride_t=1, stride_f=1, dilation_t=1, pad_t=0, pad_f=0,

@@ -112,3 +112,10 @@ def bf16(x):
     where the kept half is even."""
     b = _float_bits(np.float32(x))
     return np.uint16((b + np.int32(0x7FFF) + ((b >> np.int32(16)) & np.int32(1))) >> np.int32(16) & 0xFFFF)
+
+
+def bf16_array(a):
+    """bf16 of every element of float32 array `a`, in NumPy (uint16, C-contiguous): for weights
+    packed on the host."""
+    b = np.ascontiguousarray(a, np.float32).view(np.uint32)
+    return ((b + np.uint32(0x7FFF) + ((b >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16)).astype(np.uint16)
