@@ -210,7 +210,7 @@ def _turn_detection(current, value, param):
                                               f"{param}.silence_duration_ms", 1, 10_000)
     if obj.get("eagerness") is not None:
         e = obj["eagerness"]
-        if e not in EAGER_MAX_PAUSE_MS:
+        if not isinstance(e, str) or e not in EAGER_MAX_PAUSE_MS:     # a list is no key
             raise RealtimeError(f"{param}.eagerness must be low, medium, high or auto, not "
                                 f"{e!r:.80}", "invalid_value", f"{param}.eagerness")
         changes["eagerness"] = e
@@ -283,7 +283,7 @@ def apply_beta(session, obj):
     s = session
     if obj.get("input_audio_format") is not None:
         fmt = obj["input_audio_format"]
-        if fmt not in BETA_FORMATS:
+        if not isinstance(fmt, str) or fmt not in BETA_FORMATS:
             raise RealtimeError(f"session.input_audio_format must be pcm16, g711_ulaw or "
                                 f"g711_alaw, not {fmt!r:.80}", "invalid_value",
                                 "session.input_audio_format")

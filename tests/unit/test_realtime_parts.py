@@ -11,7 +11,7 @@ import struct
 import numpy as np
 import pytest
 import soundfile as sf
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from nwhisper.io.g711 import ALAW, ULAW, alaw_decode, ulaw_decode
@@ -105,6 +105,8 @@ shaped = st.recursive(json_values, lambda inner: st.dictionaries(GA_KEYS, inner,
 
 @settings(max_examples=500, deadline=None)
 @given(shaped, st.booleans())
+@example({"turn_detection": {"eagerness": []}}, True)       # found by the fuzzer: a TypeError
+@example({"input_audio_format": {}}, True)
 def test_fuzzed_updates_refuse_or_give_a_valid_session(obj, beta):
     try:
         s = (apply_beta if beta else apply_ga)(Session(), obj)
