@@ -38,7 +38,7 @@ from ..stream.door import DRAFT, FINAL, Abandoned
 
 log = logging.getLogger("nwhisper.server")
 
-WARMUP_SECONDS = 1.0         # of silence, transcribed once at startup (Numba dispatch, scratch)
+WARMUP_SECONDS = 1.0         # of silence, transcribed at startup (Numba dispatch, scratch)
 WAITS_KEPT = 1000            # queue waits remembered per priority, for /health
 
 
@@ -97,9 +97,12 @@ class ModelHost:
             before = _rss()
             self._load()
             if warmup:
-                t0 = time.perf_counter()
-                list(self._model.transcribe(np.zeros(int(WARMUP_SECONDS * 16000), np.float32))[0])
-                self.utterance_s = time.perf_counter() - t0
+                # twice: the first may compile kernels (an empty cache: seconds), and the live
+                # streams' tails are sized by the time a short utterance takes (stream/live.py)
+                for _ in range(2):
+                    t0 = time.perf_counter()
+                    list(self._model.transcribe(np.zeros(int(WARMUP_SECONDS * 16000), np.float32))[0])
+                    self.utterance_s = time.perf_counter() - t0
             if before is not None:
                 self.rss_mb = round((_rss() - before) / (1 << 20), 1)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import os
 import struct
+import time
 import types
 
 import click
@@ -64,6 +65,28 @@ class FakeModel:
 
     def transcribe(self, audio, language=None, vad=False):
         return [], None
+
+
+class CompilingModel(FakeModel):
+    """Its first transcription takes long, as one that compiles kernels with an empty cache."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls = 0
+
+    def transcribe(self, audio, language=None, vad=False):
+        self.calls += 1
+        time.sleep(0.5 if self.calls == 1 else 0.0)
+        return [], None
+
+
+def test_warmup_times_a_warm_transcription():
+    """The live streams size their tails by utterance_s (stream/live.py): the first transcription
+    of a fresh cache (compiles, seconds) must not stand for a short utterance's time."""
+    host = ModelHost("fake", loader=lambda name, device, compute_type: CompilingModel())
+    host.load()
+    assert host.utterance_s < 0.25
+    host.close()
 
 
 def test_jobs_run_one_at_a_time_finals_before_drafts_and_abandoned_ones_never():
