@@ -98,9 +98,9 @@ class WhisperModel:
         samples. progress(done_s, total_s): called after every long-form window and every batch.
         on_segments(new): called with each window's new segments as they are decoded, on the
         recording's clock. cancelled(): asked
-        before each encoder layer and after the pass; True raises nwhisper.records.Cancelled
-        there, before any decoding (a live stream's speculative final that more speech made
-        stale)."""
+        before each encoder layer, after the pass and before each decoder step; True raises
+        nwhisper.records.Cancelled there (a live stream's speculative final that more speech
+        made stale), from this call or from reading the segments."""
         if options is not None:
             if fields:
                 raise TypeError("transcribe() takes TranscribeOptions or its fields as keywords, not both")

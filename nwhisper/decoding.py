@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import kernels as K
-from .records import DecodingResult, TranscribeOptions
+from .records import DecodingResult, TranscribeOptions, stop_if
 
 NEG_INF = np.float32(-np.inf)
 
@@ -202,38 +202,40 @@ class GreedyDecoder:
             self._masks[key] = self.be.upload(mask)
         return self._masks[key]
 
-    def decode(self, enc, options: DecodingOptions, prompt=None):
-        """Decode one window whose encoder states are `enc` (on the device), greedily."""
+    def decode(self, enc, options: DecodingOptions, prompt=None, cancelled=None):
+        """Decode one window whose encoder states are `enc` (on the device), greedily;
+        cancelled() is asked before each step (True raises records.Cancelled)."""
         if prompt is None:
             prompt = build_prompt(self.tok, options, self.model.dims.is_multilingual)
-        res = self.search(enc, options, prompt)
+        res = self.search(enc, options, prompt, cancelled)
         res.temperature = options.temperature
         res.text = self.tok.decode([t for t in res.tokens if t < self.tok.eot])
         return res
 
-    def search(self, enc, options, prompt):
+    def search(self, enc, options, prompt, cancelled=None):
         """The tokens of one window from its prompt: here the argmax at every step (search.py's
         WindowDecoder adds beam search and sampling)."""
-        return self._greedy(enc, options, prompt)
+        return self._greedy(enc, options, prompt, cancelled)
 
     def limit(self, options, prompt):
         """How many tokens a window may add after `prompt`."""
         return max(0, min(options.max_tokens, self.model.dims.n_text_ctx - len(prompt)))
 
-    def _greedy(self, enc, options, prompt):
+    def _greedy(self, enc, options, prompt, cancelled):
         model = self.model
         limit = self.limit(options, prompt)
         rules = self._rules(options)
         state, last, nsp = start_window(model, self.tok, enc, prompt)
         result = DecodingResult(tokens=[], prompt=list(prompt), no_speech_prob=nsp)
         while len(result.tokens) < limit:
+            stop_if(cancelled)
             t = self._pick(last, result, rules)
             if t is None:
                 break
             last = model.decode(state, np.asarray([t], np.int32))
         return result
 
-    def decode_windows(self, encs, options: DecodingOptions, prompt=None):
+    def decode_windows(self, encs, options: DecodingOptions, prompt=None, cancelled=None):
         """Greedy decoding of several windows at once (transcribe's batch_size): for each, the
         result decode(enc, options) gives — its own prompt state, filters and rules — with
         every step's products run on all the windows' rows together (Whisper.decode_batch,
@@ -257,6 +259,7 @@ class GreedyDecoder:
             open_.append(t is not None and len(res.tokens) < limit)
         batch = None
         while any(open_):
+            stop_if(cancelled)
             batch = batch or model.new_window_batch(states)
             logits = model.decode_batch(batch, np.asarray(ids, np.int32))
             for b, res in enumerate(results):

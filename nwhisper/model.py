@@ -28,7 +28,7 @@ from . import kernels as K
 from .kernels.attention import heads_int8
 from .io.checkpoint import Checkpoint
 from .decoder_state import BatchState, DecoderState
-from .records import COMPUTE_TYPES, Cancelled
+from .records import COMPUTE_TYPES, stop_if
 
 LN_EPS = 1e-5   # torch.nn.LayerNorm's default, which every Whisper was trained with
 
@@ -301,8 +301,7 @@ class Whisper:
         K.gelu(be, x, x)
         K.add_rows(be, x, self.enc_pos, 0)
         for blk in self.enc_blocks:
-            if cancelled is not None and cancelled():
-                raise Cancelled()
+            stop_if(cancelled)
             self._self_attention(blk, x, n, None)
             self._mlp(blk, x, n, in_place=True)
         self.enc_ln(be, x, x)

@@ -131,6 +131,12 @@ class Cancelled(Exception):
     """transcribe(cancelled=…) said stop: the result was no longer wanted."""
 
 
+def stop_if(cancelled):
+    """Raise Cancelled when `cancelled` (a callable or None) says so."""
+    if cancelled is not None and cancelled():
+        raise Cancelled()
+
+
 @dataclass
 class TranscriptionInfo:
     language: str

@@ -12,22 +12,22 @@ from __future__ import annotations
 import numpy as np
 
 from .decoding import GreedyDecoder, HostFilters, log_softmax, start_window
-from .records import DecodingResult
+from .records import DecodingResult, stop_if
 
 
 class WindowDecoder(GreedyDecoder):
     """A window's decoder as the window loop uses it: best-of sampling at T > 0, beam search
     when beam_size > 1, else greedy."""
 
-    def search(self, enc, options, prompt):
+    def search(self, enc, options, prompt, cancelled=None):
         if options.temperature > 0:
-            return sample_best_of(self, enc, options, prompt)
+            return sample_best_of(self, enc, options, prompt, cancelled)
         if options.beam_size and options.beam_size > 1:
-            return beam_search(self, enc, options, prompt)
-        return super().search(enc, options, prompt)
+            return beam_search(self, enc, options, prompt, cancelled)
+        return super().search(enc, options, prompt, cancelled)
 
 
-def beam_search(decoder, enc, options, prompt):
+def beam_search(decoder, enc, options, prompt, cancelled=None):
     """Beam search as Hugging Face transformers runs it (generate(num_beams=N), whose text is
     the reference here), the N beams as N rows of one batched decoder call per step:
 
@@ -52,6 +52,7 @@ def beam_search(decoder, enc, options, prompt):
     open_ = True
     batch = None
     for step in range(limit):
+        stop_if(cancelled)
         rows = rows[:len(running)]
         m = rows.max(-1, keepdims=True)
         lp = rows - (m + np.log(np.exp(rows - m).sum(-1, keepdims=True)))     # (beams, V) f32
@@ -90,7 +91,7 @@ def beam_search(decoder, enc, options, prompt):
     _, total, best = finished[0]
     return DecodingResult(tokens=best, sum_logprob=total, no_speech_prob=nsp, prompt=list(prompt))
 
-def sample_best_of(decoder, enc, options, prompt):
+def sample_best_of(decoder, enc, options, prompt, cancelled=None):
     """best_of samples at temperature T as rows of one batched call per step; the one with
     the highest sum log-prob / length is kept (openai's ranker)."""
     tok, model, be = decoder.tok, decoder.model, decoder.be
@@ -105,6 +106,7 @@ def sample_best_of(decoder, enc, options, prompt):
     rows = np.repeat(be.download(last), n, axis=0)
     batch = model.new_batch(single, n) if limit > 0 else None
     for _ in range(limit):
+        stop_if(cancelled)
         nxt = []
         for b in range(n):
             if done[b]:

@@ -34,7 +34,7 @@ from .decoding import DecodingOptions, detect_language
 from .hallucination import last_word_end, skip_hallucinations
 from .io.audio import SampleWindow
 from .mel import FRAME_SECONDS, FRAMES_PER_SECOND
-from .records import Cancelled, Segment, TranscribeOptions, TranscriptionInfo
+from .records import Segment, TranscribeOptions, TranscriptionInfo, stop_if
 from .search import WindowDecoder
 from .sources import Source, requeue
 from .timing import Aligner, add_word_timestamps
@@ -114,7 +114,8 @@ class Transcriber:
         window is encoded and its language known); each window is decoded as the iterator is
         read. progress(done_s, total_s) is called after every long-form window and every batch of
         chunks; on_segments(new) with each window's new segments; cancelled() between the
-        encoder's layers and after each pass: True raises Cancelled (no decoding follows)."""
+        encoder's layers, after each pass and before each decoder step: True raises Cancelled
+        (a stale speculative final stops within a step, not after a window of tokens)."""
         opts = options or TranscribeOptions()
         if source.chunked:          # printed or not, as the long form: see _decode_windows
             opts = dataclasses.replace(opts, timestamps=True)
@@ -194,23 +195,19 @@ class Transcriber:
                 run.info = run.make_info(best, probs[best], probs)
         return run.info.language
 
-    @staticmethod
-    def _check(cancelled):
-        if cancelled is not None and cancelled():
-            raise Cancelled()
-
     # ------------------------------------------------------------------ one window, with fallback
-    def _decode(self, enc, opts, lang, timestamps, prompt=(), first=None):
+    def _decode(self, enc, opts, lang, timestamps, prompt=(), first=None, cancelled=None):
         """openai's decode_with_fallback: at each temperature, decode; fall back to the next when
         the text is too repetitive (compression ratio) or too improbable (avg log-prob) — unless
         the model says the window is silence. All failing, the last result is kept. first: the
-        result at the first temperature, decoded already (a batch of windows, greedily)."""
+        result at the first temperature, decoded already (a batch of windows, greedily).
+        cancelled(): asked before every decoder step (True raises Cancelled)."""
         res = None
         for i, t in enumerate(opts.temperature):
             if i == 0 and first is not None:
                 res = first
             else:
-                res = self._decode_at(enc, opts, lang, timestamps, prompt, t)
+                res = self._decode_at(enc, opts, lang, timestamps, prompt, t, cancelled)
             too_repetitive = (opts.compression_ratio_threshold is not None
                               and res.compression_ratio > opts.compression_ratio_threshold)
             too_improbable = (opts.logprob_threshold is not None and res.avg_logprob < opts.logprob_threshold)
@@ -221,8 +218,9 @@ class Transcriber:
                 break
         return res
 
-    def _decode_at(self, enc, opts, lang, timestamps, prompt, t):
-        return self.decoder.decode(enc, self._options(opts, lang, timestamps, prompt, t))
+    def _decode_at(self, enc, opts, lang, timestamps, prompt, t, cancelled=None):
+        return self.decoder.decode(enc, self._options(opts, lang, timestamps, prompt, t),
+                                   cancelled=cancelled)
 
     @staticmethod
     def _options(opts, lang, timestamps, prompt, t):
@@ -292,15 +290,15 @@ class Transcriber:
         firsts = [None] * len(group)
         if run.source.chunked:
             greedy = self._options(opts, lang, opts.timestamps, prompt, opts.temperature[0])
-            firsts = self.decoder.decode_windows(encs, greedy)
+            firsts = self.decoder.decode_windows(encs, greedy, cancelled=run.cancelled)
         for piece, enc, first in zip(group, encs, firsts):
-            res = self._decode(enc, opts, lang, opts.timestamps, prompt, first=first)
+            res = self._decode(enc, opts, lang, opts.timestamps, prompt, first, run.cancelled)
             yield piece, self._window_segments(piece.samples, enc, res, opts, lang, n_frames)
 
     def _encode(self, audio, n_frames, cancelled=None):
         """The encoder states of samples `audio` zero-padded to n_frames of log-mel."""
         enc = self.model.encode(M.log_mel(audio, self.model.dims.n_mels, n_frames), cancelled)
-        self._check(cancelled)
+        stop_if(cancelled)
         return enc
 
     def _window_segments(self, audio, enc, res, opts, lang, n_frames):
@@ -339,13 +337,13 @@ class Transcriber:
         while seek < content:
             size = min(self.n_frames, content - seek)
             enc = self.model.encode(mel.window(seek, self.n_frames), run.cancelled)
-            self._check(run.cancelled)
+            stop_if(run.cancelled)
             if run.info is None:
                 self._language(run, enc)
                 yield []
             lang = run.info.language
             prompt = self._prompt(opts, history[prompt_reset:])
-            res = self._decode(enc, opts, lang, True, prompt)
+            res = self._decode(enc, opts, lang, True, prompt, cancelled=run.cancelled)
             offset = seek * FRAME_SECONDS
             if self._is_silence(res, opts, speech, (seek * M.HOP_LENGTH, (seek + size) * M.HOP_LENGTH)):
                 seek += size            # the model is sure this window holds no speech

@@ -38,8 +38,8 @@ class Door(Protocol):
 
 def final_job(audio, options, cancelled=None, embed=False):
     """A FINAL job: transcribe `audio` (16 kHz) with `options` (TranscribeOptions); the result
-    is a Heard, or None when `cancelled()` said so (checked between the encoder's layers and
-    after them). embed: also the speaker embedding of the utterance (speakers/online.py)."""
+    is a Heard, or None when `cancelled()` said so (checked between the encoder's layers, after
+    them and before each decoder step). embed: also the speaker embedding of the utterance (speakers/online.py)."""
     def run(model):             # on the model's thread
         t = time.perf_counter()
         try:

@@ -22,8 +22,10 @@ How an utterance becomes an answer (turns on):
 * The endpointer's Stop (the voice has been silent for its tail): the utterance as End would
   cut it now is transcribed at once, with the full 30 s context, as a FINAL job — while the
   closing pause runs. More voice makes it stale: if it has not started it is dropped; if it has,
-  it stops before the encoder's next layer (transcribe's `cancelled`), and its result is not
-  used. The tail (the audio after the voice that an utterance includes) is
+  it stops before the encoder's next layer or the decoder's next step (transcribe's
+  `cancelled`: a stale span cut mid-word can loop on its last word for a window of tokens,
+  a second of the model's time the utterance's real final would wait behind), and its result
+  is not used. The tail (the audio after the voice that an utterance includes) is
   200 ms where the pause leaves time to transcribe after it, and shortened, to 64 ms at least,
   where the model would otherwise still be busy when the pause closes: the tail is then
   pause − (a short utterance's transcription time, as measured) − a chunk.

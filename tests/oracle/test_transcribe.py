@@ -94,14 +94,17 @@ def test_short_audio_ctx_matches_hf(models):
         m.transcribe(x, audio_ctx=1501)
 
 
-def test_cancelled_stops_the_encoder(models):
-    """cancelled() is asked before each encoder layer and after the pass (a live stream's stale
-    speculation): True raises Cancelled at once, before any layer or decoding; becoming True
-    midway stops at the next layer; False changes nothing."""
+def test_cancelled_stops_the_encoder_and_the_decoder(models):
+    """cancelled() is asked before each encoder layer, after the pass and before each decoder
+    step (a live stream's stale speculation): True raises Cancelled at once, before any layer or
+    decoding; becoming True midway stops at the next layer, or at the next decoder step —
+    greedy, beam search and sampling alike (a stale span can loop on its last word for a window
+    of tokens); False changes nothing."""
     from nwhisper.records import Cancelled
 
     m = models("tiny.en")
     x = audio("jfk.wav")
+    layers = m.dims.n_audio_layer
     asked = []
     with pytest.raises(Cancelled):
         m.transcribe(x, cancelled=lambda: asked.append(1) or True)
@@ -109,12 +112,20 @@ def test_cancelled_stops_the_encoder(models):
     asked.clear()
     with pytest.raises(Cancelled):
         m.transcribe(x, cancelled=lambda: asked.append(1) or len(asked) > 2)
-    assert len(asked) == 3 < m.dims.n_audio_layer
+    assert len(asked) == 3 < layers
     asked.clear()
     segments, _ = m.transcribe(x, cancelled=lambda: asked.append(1) or False)
     segments = list(segments)
-    assert len(asked) == m.dims.n_audio_layer + 1
     assert "ask not what your country" in "".join(s.text for s in segments)
+    tokens = sum(len(s.tokens) for s in segments)
+    assert len(asked) >= layers + 1 + tokens, "not asked before every decoder step"
+    for how in ({}, {"beam_size": 5}, {"temperature": 0.5, "best_of": 2}):
+        asked.clear()
+        segments, _ = m.transcribe(x, cancelled=lambda: asked.append(1) or len(asked) > layers + 4,
+                                   **how)
+        with pytest.raises(Cancelled):
+            list(segments)
+        assert len(asked) == layers + 5, how      # the encoder's, then three steps, then stop
 
 
 def test_an_encoder_pass_leaves_the_states_it_returned_before_alone():
