@@ -240,7 +240,7 @@ class GreedyDecoder:
         result decode(enc, options) gives — its own prompt state, filters and rules — with
         every step's products run on all the windows' rows together (Whisper.decode_batch,
         the weights read once a step for all). A window that has ended rides along on
-        end-of-text until the last one ends."""
+        end-of-text until the last one ends, its attentions skipped."""
         if options.temperature != 0 or (options.beam_size or 1) > 1:
             raise ValueError("decode_windows decodes greedily: temperature 0, no beams")
         tok, model = self.tok, self.model
@@ -261,7 +261,7 @@ class GreedyDecoder:
         while any(open_):
             stop_if(cancelled)
             batch = batch or model.new_window_batch(states)
-            logits = model.decode_batch(batch, np.asarray(ids, np.int32))
+            logits = model.decode_batch(batch, np.asarray(ids, np.int32), open_)
             for b, res in enumerate(results):
                 t = self._pick(logits[b:b + 1], res, rules) if open_[b] else None
                 open_[b] = t is not None and len(res.tokens) < limit

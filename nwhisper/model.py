@@ -349,11 +349,14 @@ class Whisper:
         prompts decoded, all as long)."""
         return BatchState(self, singles)
 
-    def decode_batch(self, state: BatchState, ids):
+    def decode_batch(self, state: BatchState, ids, open_rows=None):
         """One token for each of the B rows of `state` (ids (B,) int32), all at position
         state.length → logits (B, n_vocab) on the device. The projections, the cross-attention
         and the MLP run on the B rows together; the self-attention is per row (each row
-        attends to its own cache), and the cross-attention too when the rows are windows."""
+        attends to its own cache), and the cross-attention too when the rows are windows.
+        open_rows: which rows still decode (None: all). A closed row's attentions are skipped
+        (their output is zero), so its logits mean nothing: a window that has ended no longer
+        reads its cross K/V, the most memory a step reads."""
         be, d, s = self.be, self.dims, self.scratch
         ids = be.upload(np.asarray(ids, np.int32)) if isinstance(ids, (list, tuple, np.ndarray)) else ids
         n, width, pos = ids.shape[0], d.n_text_state, state.length
@@ -367,16 +370,20 @@ class Whisper:
         K.embed(be, self.dec_pos, be.upload(np.full(n, pos, np.int32)), pe)
         K.add(be, x, pe, x)
         at = be.upload(np.array([pos], np.int32))   # kv_append's position
+        live = range(n) if open_rows is None else [b for b in range(n) if open_rows[b]]
+        a = s.get("a", n, width)      # every attention's output: a closed row's stays zero
+        for b in sorted(set(range(n)) - set(live)):
+            be.write(a[b:b + 1], np.zeros((1, width), np.float32))
+        cross = state.row_cross and [state.row_cross[b] if b in live else None for b in range(n)]
         for i, blk in enumerate(self.dec_blocks):
             qkv = self._qkv(blk, x, n)
-            a = s.get("a", n, width)
-            for b in range(n):   # each row as _self_attention runs a row decoded alone: the same
+            for b in live:   # each row as _self_attention runs a row decoded alone: the same
                 # arrays (a row of qkv whole, the whole cache read up to `at`), so the same code
                 K.kv_append(be, qkv[b:b + 1], state.self_k[i][b], state.self_v[i][b], at)
                 K.attention(be, qkv[b:b + 1], state.self_k[i][b], state.self_v[i][b], a[b:b + 1],
                             d.n_text_head, causal=True, q_offset=pos, n_keys=pos + 1, at=at)
             blk.attn.out.add_to(be, a, x)
-            self._cross_attention(blk, x, n, state, i, rows=state.row_cross)
+            self._cross_attention(blk, x, n, state, i, rows=cross)
             self._mlp(blk, x, n)
         hh = s.get("dh", n, width)
         self.dec_ln(be, x, hh)
@@ -472,7 +479,8 @@ class Whisper:
     def _cross_attention(self, blk, x, n, state, i, weights=False, rows=None):
         """x += out_proj(attention(LN(x)) over the window's cross K/V); returns the attention
         probabilities (n_head, n, n_audio_ctx) when `weights`, else None. rows: row b of x
-        attends to rows[b]'s K/V instead (a batch of windows: BatchState.row_cross)."""
+        attends to rows[b]'s K/V instead (a batch of windows: BatchState.row_cross; None: the
+        row is skipped, its output left as it is)."""
         be, s, width, heads = self.be, self.scratch, x.shape[1], self.dims.n_text_head
         q = blk.cross.q(be, x, s.get("q", n, width), ln=blk.cross_ln)
         a = s.get("a", n, width)
@@ -480,8 +488,9 @@ class Whisper:
             p = K.attention(be, q, state.cross_k[i], state.cross_v[i], a, heads, weights=weights)
         else:
             p = None
-            for b, (ks, vs) in enumerate(rows):
-                K.attention(be, q[b:b + 1], ks[i], vs[i], a[b:b + 1], heads, weights=False)
+            for b, kv in enumerate(rows):
+                if kv is not None:
+                    K.attention(be, q[b:b + 1], kv[0][i], kv[1][i], a[b:b + 1], heads, weights=False)
         blk.cross.out.add_to(be, a, x)
         return p
 

@@ -55,6 +55,9 @@ def test_random_whisper_same_on_cpu_and_cuda_simulator():
         rows = np.array(r["batch_logits"]).reshape(2, -1)
         np.testing.assert_array_equal(rows[0], np.array(r["one_logits"]))
         assert np.abs(rows[1] - rows[0]).max() > 1e-3     # the rows' own tokens and caches
+        windows = np.array(r["window_logits"]).reshape(2, -1)   # the second window closed
+        np.testing.assert_array_equal(windows[0], np.array(r["one_logits"]))
+        assert np.isfinite(windows[1]).all()
     a, b = np.array(cpu["batch_logits"]), np.array(sim["batch_logits"])
     assert np.abs(a - b).max() <= 1e-5 * max(1.0, np.abs(a).max())
     # int8 on both targets: its first step's logits near float32's on each (measured 0.59 % and

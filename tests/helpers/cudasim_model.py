@@ -1,5 +1,5 @@
 """A whole random-weight Whisper on one backend: encoder states, greedy tokens and a batched
-(beam search's) step's logits as JSON.
+(beam search's) and a batch of windows' step's logits as JSON.
 
 Run by tests/cuda/test_model_backends.py twice — plainly (CPU backend) and with
 NUMBA_ENABLE_CUDASIM=1 (the CUDA backend on Numba's simulator) — so the same model code and
@@ -39,6 +39,13 @@ def main(kind):
         first = be.download(model.decode(single, np.array([1, 2], np.int32)))
         # (downloaded at once: the logits live in the backend's scratch, which the next decode reuses)
         batch = be.download(model.decode_batch(model.new_batch(single, 2), np.array([7, 9], np.int32)))
+        # A batch of windows (transcribe's batch_size) whose second has ended: its attentions
+        # are skipped, and the open row is the single-state step all the same
+        rows = [model.new_state(enc) for _ in range(2)]
+        for r in rows:
+            model.decode(r, np.array([1, 2], np.int32))
+        windows = be.download(model.decode_batch(model.new_window_batch(rows), np.array([7, 9], np.int32),
+                                                 [True, False]))
         one = be.download(model.decode(single, np.array([7], np.int32)))
         # compute_type="int8" end to end: int8 weights, Int8Heads cross K/V. The backends' int8
         # encoders differ by design (the CPU's products of many rows on its int8 GEMM, CUDA's on
@@ -54,6 +61,7 @@ def main(kind):
             "no_speech_prob": plain.no_speech_prob,
             "batch_logits": batch.ravel().tolist(),
             "one_logits": one.ravel().tolist(),
+            "window_logits": windows.ravel().tolist(),
             "first_logits": first.ravel().tolist(),
             "int8_first_logits": int8_first.ravel().tolist(),
             "int8_tokens": quantized.tokens,
