@@ -247,8 +247,17 @@ _NO_BIAS = np.empty((0,), np.float32)
 _NONE = np.empty((0, 0), np.float32)
 
 
+def _taps(w, kt, kf, c, bf16):
+    """w (COLS, kt·kf·C) as the micro-tile reads it: (tap, C, out) f32, or with bf16 (tap, C/2,
+    out, 2) bfloat16 pairs (uint32)."""
+    taps = w.reshape(COLS, kt * kf, c).transpose(1, 2, 0)
+    if bf16:
+        taps = bf16_array(taps.reshape(kt * kf, c // 2, 2, COLS).transpose(0, 1, 3, 2)).view(np.uint32)
+    return np.ascontiguousarray(taps)
+
+
 def _conv_direct(be, x, w, bias, out, t_out, f_out, kt, kf, stride_t, stride_f, dilation_t,
-                 pad_t, pad_f, residual, relu, bf16):
+                 pad_t, pad_f, residual, relu, bf16, keep):
     n, t_in, f_in, c = x.shape
     unit = c // 2 if bf16 else c    # bfloat16: channels in pairs, x's and w's
     tp, fp = t_in + 2 * pad_t, f_in + 2 * pad_f
@@ -256,17 +265,19 @@ def _conv_direct(be, x, w, bias, out, t_out, f_out, kt, kf, stride_t, stride_f, 
     # a last tile reads past its line
     xp = be.workspace((n * tp * fp * unit + ROWS * step + unit,), np.uint32 if bf16 else np.float32)
     _pad(x, xp, pad_t, pad_f)
-    taps = w.reshape(COLS, kt * kf, c).transpose(1, 2, 0)       # (tap, C, out)
-    if bf16:    # (tap, C/2, out, 2)
-        taps = bf16_array(taps.reshape(kt * kf, unit, 2, COLS).transpose(0, 1, 3, 2)).view(np.uint32)
+    taps = None if keep is None else keep.get(("taps", bf16))
+    if taps is None:
+        taps = _taps(w, kt, kf, c, bf16)
+        if keep is not None:
+            keep[("taps", bf16)] = taps
     offs = np.array([(a * dilation_t * fp + b) * unit for a in range(kt) for b in range(kf)], np.int64)
-    _direct(xp, tp, fp, unit, np.ascontiguousarray(taps), offs,
+    _direct(xp, tp, fp, unit, taps, offs,
             np.zeros(COLS, np.float32) if bias is None else bias, out, t_out, f_out, stride_t,
             stride_f, _NONE if residual is None else residual, relu)
 
 
 def conv(be, x, w, bias, out, kt, kf, stride_t=1, stride_f=1, dilation_t=1, pad_t=0, pad_f=0,
-         residual=None, relu=False, bf16=False):
+         residual=None, relu=False, bf16=False, keep=None):
     """out = conv(x) + bias (+ residual) (ReLU), on the host's BLAS in tiles (available()).
     bf16: where the direct micro-tile runs, C is even and the CPU has AVX-512 BF16
     (bf16_available()), x and w rounded to bfloat16 and multiplied in pairs (float32 sums).
@@ -274,7 +285,9 @@ def conv(be, x, w, bias, out, kt, kf, stride_t=1, stride_f=1, dilation_t=1, pad_
     x (W, T, F, C) f32 C-contiguous; w (C_out, kt·kf·C) f32, columns (kt, kf, C); bias (C_out,)
     or None;
     out (W·T_out·F_out, C_out) f32 with T_out = (T + 2·pad_t − dilation_t·(kt − 1) − 1) //
-    stride_t + 1 and F_out likewise (no dilation); residual None or out's shape."""
+    stride_t + 1 and F_out likewise (no dilation); residual None or out's shape.
+    keep: a dict the caller holds for this w, where the micro-tile keeps w in its own layout
+    between calls (else made again every call)."""
     n, t_in, f_in, c = x.shape
     t_out = (t_in + 2 * pad_t - dilation_t * (kt - 1) - 1) // stride_t + 1
     f_out = (f_in + 2 * pad_f - (kf - 1) - 1) // stride_f + 1
@@ -284,7 +297,7 @@ def conv(be, x, w, bias, out, kt, kf, stride_t=1, stride_f=1, dilation_t=1, pad_
     # the micro-tile for kernels wider than a point (a 1 × 1 convolution's columns are its input)
     if w.shape[0] == COLS and kt * kf > 1 and (f_out > 1 or f_in == 1) and direct_available():
         _conv_direct(be, x, w, bias, out, t_out, f_out, kt, kf, stride_t, stride_f, dilation_t,
-                     pad_t, pad_f, residual, relu, bf16 and c % 2 == 0 and bf16_available())
+                     pad_t, pad_f, residual, relu, bf16 and c % 2 == 0 and bf16_available(), keep)
         return
     tile = tile_rows(k_cols, rows)
     parts = max(1, min(config.NUMBA_NUM_THREADS, (rows + tile - 1) // tile))

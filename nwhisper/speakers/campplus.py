@@ -63,6 +63,7 @@ class CAMPPlus:
         product = {"int8": be.weight_int8, "bfloat16": be.weight_bf16}.get(compute_type, be.weight)
         self._bf16_convs = compute_type in ("int8", "bfloat16")
         self._w = {}
+        self._kept = {}     # per convolution: its weights in conv_tiles' layout
         for name, a in params.items():
             module, kind = name.rsplit(".", 1)
             if kind != "weight":
@@ -149,7 +150,7 @@ class CAMPPlus:
                             stride_t=1 if two_d else stride, stride_f=stride if two_d else 1,
                             dilation_t=dilation, pad_t=pad, pad_f=pad if two_d else 0,
                             residual=residual, relu=relu or residual is not None,
-                            bf16=self._bf16_convs)
+                            bf16=self._bf16_convs, keep=self._kept.setdefault(module, {}))
             return
         rows = out.shape[0]
         cols = be.workspace((rows, w.shape[1]))

@@ -207,12 +207,15 @@ def test_speaker_conv_tiles_match_the_bodies(be, rng, monkeypatch, n, t, f, c, c
     short = rand(rng, *want.shape) if residual else None
     want = want + (0 if b is None else b) + (0 if short is None else short)
     want = np.maximum(want, 0) if residual else want
-    got = np.full(want.shape, np.nan, np.float32)
-    conv_tiles.conv(be, x, w, b, got, k, k if two_d else 1, stride_t=1 if two_d else stride,
-                    stride_f=stride if two_d else 1, dilation_t=dilation, pad_t=pad,
-                    pad_f=pad if two_d else 0, residual=short, relu=residual,
-                    bf16=path == "direct_bf16")
-    check("conv_tiles", got, want)
+    kept = {}   # w in the micro-tile's layout, made at the first call, read at the second
+    for call in range(2):
+        got = np.full(want.shape, np.nan, np.float32)
+        conv_tiles.conv(be, x, w, b, got, k, k if two_d else 1, stride_t=1 if two_d else stride,
+                        stride_f=stride if two_d else 1, dilation_t=dilation, pad_t=pad,
+                        pad_f=pad if two_d else 0, residual=short, relu=residual,
+                        bf16=path == "direct_bf16", keep=kept)
+        check("conv_tiles", got, want)
+    assert bool(kept) == (path != "blas" and c_out == conv_tiles.COLS and k > 1)
 
 
 @pytest.mark.parametrize("n,i,o", [(1, 8, 4), (5, 64, 96), (1, 384, 1536), (300, 384, 384)])
