@@ -12,10 +12,10 @@ Causal: query q sees keys j <= q + q_offset (q_offset = tokens already in the KV
 scores are never computed nor read. The probabilities stay in a scratch buffer and are returned
 (word timestamps read the cross-attention weights of some heads).
 
-A decoder step's self-attention on the CPU (a few queries over a row-major cache of at most 448
-keys) is attend_row: each (head, query) item does all three, in one launch. Its cross-attention
-(a few queries over head-major keys, f32 or Int8Heads) is attend_heads_row, the same over
-head-major keys with the scales of int8 ones, in one launch. Many queries (the
+A decoder step's attentions are attend_row: each (head, query) item does all three, in one
+launch — its cross-attention over head-major keys (f32 on the CPU, or Int8Heads with the scales
+of int8 ones, on either backend), and on the CPU its self-attention over the rows of a KV cache
+of at most 448 keys. Many queries (the
 encoder, a long prompt) run the two products on BLAS one head at a time while its scores are in
 cache, reduce.exp_rows (an exponential that vectorises) between them, then 1/sum scales the
 output, or the probabilities when they are returned (without, one head's buffer serves all);
@@ -73,52 +73,6 @@ def attn_values_elem(i, p, v, out, nq, nk, width, hd, causal, q_offset):
     out[qi, col] = acc
 
 
-@kernel
-def attend_row(r, q, k, v, p, out, nq, nk, hd, scale, causal, q_offset, at):
-    """One query's whole attention in one head, r = h*nq + qi: p[h, qi, :m] = softmax(scale ·
-    q[qi] . k[j]) over the keys it sees (m: all nk, or causal j <= qi + q_offset + at[0];
-    p[h, qi, m:] = 0), then out[qi, h*hd:(h+1)*hd] = Σ_j p[h, qi, j] v[j, h*hd:(h+1)*hd].
-
-    q (nq, ≥ H*hd: its first H*hd columns), k and v (nk, H*hd), p (H, nq, nk), out (nq, H*hd)
-    f32, at (1,) int32. The CPU's attention for a decoder step's few queries over its cache (the
-    self-attention; the whole cache, its position read from `at`, so that the launch is the same
-    at every step): one launch instead of the ten NumPy calls of batched products."""
-    h = r // nq
-    qi = r - h * nq
-    base = h * hd
-    m = nk
-    if causal:
-        m = min(nk, qi + q_offset + at[0] + 1)
-    qh = q[qi, base:base + hd]             # row views: see attend_heads_row
-    ph = p[h, qi]
-    top = np.float32(-math.inf)
-    for j in range(m):
-        key = k[j, base:base + hd]
-        acc = np.float32(0.0)
-        for c in range(hd):
-            acc += qh[c] * key[c]
-        ph[j] = acc
-        top = acc if acc > top else top
-    total = np.float32(0.0)
-    for j in range(m):     # vectorises (vecmath.fast_exp; math.exp is a libm call per key)
-        e = np.float32(fast_exp((ph[j] - top) * scale))
-        ph[j] = e
-        total += e
-    inv = np.float32(1.0) / total
-    for j in range(m):
-        ph[j] *= inv
-    for j in range(m, nk):
-        ph[j] = np.float32(0.0)
-    o = out[qi, base:base + hd]
-    for c in range(hd):
-        o[c] = np.float32(0.0)
-    for j in range(m):
-        w = ph[j]
-        value = v[j, base:base + hd]
-        for c in range(hd):
-            o[c] += w * value[c]
-
-
 class Int8Heads:
     """Keys or values that a window's decoding attends to, as int8 (H, nk, hd) with one f32
     scale per key and head (H, nk) (compute_type "int8": every decoder step reads the
@@ -135,7 +89,7 @@ def heads_int8_row(j, x, q, scale, n_head, hd):
     round(x[j, h*hd:(h+1)*hd] · (1 / scale[h, j])), halves up; scale = max|row| · (1/127) (1 for
     a zero row). One item a key: each reads one contiguous row of x."""
     for h in range(n_head):
-        row = x[j, h * hd:(h + 1) * hd]       # row views: see attend_heads_row
+        row = x[j, h * hd:(h + 1) * hd]       # row views: see attend_row
         dst = q[h, j]
         top = order_key(np.float32(0.0))   # |v|'s maximum as integer keys: it vectorises
         for c in range(hd):
@@ -168,18 +122,25 @@ def heads_int8(be, x, n_head, groups=1):
 
 
 @kernel
-def attend_heads_row(r, q, k, ks, v, vs, p, out, nq, nk, hd, scale, weights):
-    """One query's attention in one head over head-major keys and values, r = h*nq + qi (the
-    cross-attention of a decoder step): p[h, qi, j] = exp(s_j - max s), s_j = scale · ks[h, j] ·
-    q[qi, h*hd:(h+1)*hd] . k[h, j, :], then out[qi, h*hd:(h+1)*hd] = Σ_j p[h, qi, j] · vs[h, j] ·
-    v[h, j, :] / Σ_j p[h, qi, j]; p normalised too when `weights`.
+def attend_row(r, q, k, ks, v, vs, p, out, nq, nk, hd, scale, weights, by_row, causal, q_offset, at):
+    """One query's whole attention in one head, r = h*nq + qi, over the keys it sees (m: all nk,
+    or causal j <= qi + q_offset + at[0]): p[h, qi, j] = exp(s_j - max s), s_j = scale · ks[h, j] ·
+    q[qi, h*hd:(h+1)*hd] . key_j, then out[qi, h*hd:(h+1)*hd] = Σ_j p[h, qi, j] · vs[h, j] ·
+    value_j / Σ_j p[h, qi, j]; with `weights` p normalised too (and p[h, qi, m:] = 0).
 
-    q (nq, H*hd), out (nq, H*hd), p (H, nq, nk) f32; k and v (H, nk, hd): int8 with a scale per
-    key ks, vs (H, nk) f32 (Int8Heads), or f32 with ks, vs empty. Scores, exponential and values
-    in one item: the query's 1500 probabilities stay in cache between them (three launches
-    would also be two more parallel regions)."""
+    The keys and values: head-major, key_j = k[h, j] (k, v (H, nk, hd): a decoder step's
+    cross-attention), or `by_row` a row-major cache, key_j = k[j, h] (k, v (nk, H, hd): the rows
+    of an (nk, H*hd) KV cache; its self-attention, the whole cache with its position read from
+    `at`, so that the launch is the same at every step). int8 with a scale per key ks, vs (H, nk)
+    f32 (Int8Heads), or f32 with ks, vs empty. q (nq, ≥ H*hd: its first H*hd columns), out
+    (nq, H*hd), p (H, nq, nk) f32, at (1,) int32. Scores, exponential and values in one item:
+    the query's probabilities stay in cache between them (three launches would also be two more
+    parallel regions)."""
     h = r // nq
     qi = r - h * nq
+    m = nk
+    if causal:
+        m = min(nk, qi + q_offset + at[0] + 1)
     # Row views first: indexes computed from r might be negative as far as the compiler knows,
     # and NumPy's wraparound on them turned the inner loops into gathers (8x slower).
     qh = q[qi, h * hd:(h + 1) * hd]
@@ -187,56 +148,59 @@ def attend_heads_row(r, q, k, ks, v, vs, p, out, nq, nk, hd, scale, weights):
     keys_scaled = ks.shape[0] > 0
     values_scaled = vs.shape[0] > 0
     top = order_key(np.float32(-math.inf))
-    for j in range(nk):
-        key = k[h, j]
+    for j in range(m):
+        key = k[j, h] if by_row else k[h, j]
         acc = np.float32(0.0)
         for c in range(hd):
             acc += qh[c] * np.float32(key[c])
         score = acc * ks[h, j] * scale if keys_scaled else acc * scale
         ph[j] = score
-        at = order_key(score)
-        top = at if at > top else top
-    m = from_key(top)
+        at_key = order_key(score)
+        top = at_key if at_key > top else top
+    most = from_key(top)
     total = np.float32(0.0)
-    for j in range(nk):
-        e = np.float32(fast_exp(ph[j] - m))
+    for j in range(m):     # vectorises (vecmath.fast_exp; math.exp is a libm call per key)
+        e = np.float32(fast_exp(ph[j] - most))
         ph[j] = e
         total += e
     o = out[qi, h * hd:(h + 1) * hd]
     for c in range(hd):
         o[c] = np.float32(0.0)
-    for j in range(nk):
+    for j in range(m):
         w = ph[j] * vs[h, j] if values_scaled else ph[j]
-        value = v[h, j]
+        value = v[j, h] if by_row else v[h, j]
         for c in range(hd):
             o[c] += w * np.float32(value[c])
     inv = np.float32(1.0) / total
     for c in range(hd):
         o[c] *= inv
     if weights:
-        for j in range(nk):
+        for j in range(m):
             ph[j] *= inv
+        for j in range(m, nk):
+            ph[j] = np.float32(0.0)
 
 
-def attention_heads(be, q, k, v, out, p, weights):
-    """Few queries over head-major keys and values (not causal: the cross-attention), Int8Heads
-    or (CPU) f32 (H, nk, hd) arrays: one launch of attend_heads_row, an item per (head, query);
-    p (H, nq, nk) holds the exp'd scores, normalised when `weights`."""
+def attend_rows(be, q, k, v, out, p, weights, by_row, causal, q_offset, at):
+    """Few queries in one launch of attend_row, an item per (head, query): over head-major keys
+    and values (the cross-attention: Int8Heads, or (CPU) f32 (H, nk, hd) arrays), or `by_row`
+    over row-major ones (nk, H*hd) (the CPU's self-attention over its KV cache, causal from the
+    position q_offset + at[0]); p (H, nq, nk) holds the exp'd scores, normalised when `weights`."""
     n_head, nq, nk = p.shape
-    hd = q.shape[1] // n_head
+    hd = out.shape[1] // n_head
 
     def parts(x):   # (values, scales): f32 heads (the CPU's) have none, an empty array
         if isinstance(x, Int8Heads):
             return x.q, x.scale
-        return x, be.scratch("attention.unscaled", (0, 0))
+        return (x.reshape(nk, n_head, hd) if by_row else x), be.scratch("attention.unscaled", (0, 0))
     (k, ks), (v, vs) = parts(k), parts(v)
-    be.launch(attend_heads_row, n_head * nq, q, k, ks, v, vs, p, out, nq, nk, hd,
-              np.float32(1.0 / math.sqrt(hd)), weights,
+    be.launch(attend_row, n_head * nq, q, k, ks, v, vs, p, out, nq, nk, hd,
+              np.float32(1.0 / math.sqrt(hd)), weights, by_row, causal, q_offset, at,
               work=n_head * nq * nk * hd // 32)   # two vectorised passes over the keys
 
 
 # Up to this many queries the CPU's attention is one launch over every head and query
-# (attend_row, attend_heads_row: a decoder step); above, BLAS's products one head at a time.
+# (attend_row: a decoder step); above, BLAS's products one head at a time.
 FEW_QUERIES = 8
 # ... and up to this many row-major keys (a decoder's self-attention cache: at most n_text_ctx)
 # the whole attention is attend_row.
@@ -286,18 +250,13 @@ def attention(be, q, k, v, out, n_head, causal=False, q_offset=0, weights=True, 
     p = be.scratch("attention.p", (n_head, nq, nk)) if keep else None
     if q.shape[1] != width and how != "rows":
         q = be.columns(q, 0, width)     # the queries alone (attend_row reads them in place)
-    if at is None and how in ("rows", "device"):
+    if at is None and how in ("heads", "rows", "device"):
         at = be.constant("attention.no_position", lambda: be.zeros((1,), np.int32))
-    if how == "heads":
-        attention_heads(be, q, k, v, out, p, weights)
+    if how in ("heads", "rows"):
+        attend_rows(be, q, k, v, out, p, weights, how == "rows", causal, q_offset, at)
     elif how == "device":
         if not be.attention_fast(q, k, v, out, p, causal, q_offset, at):
             attention_portable(be, q, k, v, out, p, causal, q_offset)
-    elif how == "rows":
-        hd = width // n_head
-        be.launch(attend_row, n_head * nq, q, k, v, p, out, nq, nk, hd,
-                  np.float32(1.0 / math.sqrt(hd)), causal, q_offset, at,
-                  work=n_head * nq * nk * hd // 32)  # two vectorised passes over the keys
     elif how == "blocked":
         attention_blocked.attention(be, q, k, v, out, n_head, "bf16" if bf16 else "int8")
     elif how == "fused":
@@ -312,11 +271,11 @@ def variant(be, nq, nk, k, causal, keep=True, int8=False, hd=0, bf16=False):
     probabilities are kept; int8, bf16: compute_type "int8", "bfloat16"; hd: the head width).
 
       heads      keys as Int8Heads, or head-major on the host for a few queries and no mask (the
-                 decoder's cross-attention): attention_heads, both products in one pass a head
+                 decoder's cross-attention): attend_rows, both products in one pass a head
       device     a device backend: its fast path where it has one (be.attention_fast), else the
                  three portable bodies (attention_portable, the reference)
       rows       the host, a few queries over short row-major keys (the decoder's self-attention):
-                 attend_row, both products in one body
+                 attend_rows by row, the same body over the cache's rows
       blocked    the host, int8 or bf16, unmasked, no probabilities kept, heads of 64 and a CPU
                  with BF16 (and VNNI for int8): attention_blocked.attention
       blas_int8  the host, int8, unmasked, no probabilities kept, where the int8 GEMM runs:

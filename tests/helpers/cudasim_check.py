@@ -229,15 +229,14 @@ def attention_portable(be, q, k, v, n_head, causal, q_offset):
 
 
 def attend_row(be, q, k, v, n_head, causal, q_offset):
-    """The CPU's decoder-step attention body (kernels.attention.attend_row), launched as it is."""
-    from nwhisper.kernels.attention import attend_row as body
+    """The decoder-step attention body (kernels.attention.attend_row) over a row-major cache, as
+    the CPU's self-attention launches it, probabilities kept."""
+    from nwhisper.kernels.attention import attend_rows
     nq, width = q.shape
-    hd = width // n_head
     p = be.empty((n_head, nq, k.shape[0]))
     out = be.empty(q.shape)
     at = be.upload(np.array([q_offset], np.int32))   # the position read on the device, as a step does
-    be.launch(body, n_head * nq, be.upload(q), be.upload(k), be.upload(v), p, out, nq, k.shape[0], hd,
-              np.float32(1.0 / np.sqrt(hd)), causal, 0, at)
+    attend_rows(be, be.upload(q), be.upload(k), be.upload(v), out, p, True, True, causal, 0, at)
     return [be.download(out), be.download(p)]
 
 
