@@ -22,7 +22,8 @@ miss the helper is also sent the functions a first transcription loads (FIRST, i
 loads them: `python -m nwhisper.kernels` records them) and compiles them ahead on the other
 core: the parallel launchers in that order, then the rest from the last back, towards the
 process compiling its own from the first (whichever comes second loads it from the cache);
-whatever the process asks for meanwhile comes first.
+whatever the process asks for meanwhile comes first. The process's exit stops the helper
+wherever it is: what it still compiles then, this process did not need.
 
 Imported by nwhisper/__init__.py before any module defines a cached function (Numba picks a
 function's cache folder when the function is defined).
@@ -275,8 +276,13 @@ class ApartCompiler:
         return False
 
     def close(self):
+        """At exit: every launcher this process wanted has been answered, so whatever the helper
+        still compiles is ahead of any need (FIRST's rest, or a function this process compiled
+        itself meanwhile): it is stopped, not awaited (a first command's exit waited up to 1.6 s
+        for it). Numba writes a cache file under a temporary name and renames it: a compile cut
+        short leaves nothing half-written."""
         if self.proc.poll() is None:
-            self.proc.stdin.close()
+            self.proc.kill()
             self.proc.wait()
 
 
