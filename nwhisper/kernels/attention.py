@@ -188,12 +188,12 @@ def attend_rows(be, q, k, v, out, p, weights, by_row, causal, q_offset, at):
     position q_offset + at[0]); p (H, nq, nk) holds the exp'd scores, normalised when `weights`."""
     n_head, nq, nk = p.shape
     hd = out.shape[1] // n_head
-
-    def parts(x):   # (values, scales): f32 heads (the CPU's) have none, an empty array
-        if isinstance(x, Int8Heads):
-            return x.q, x.scale
-        return (x.reshape(nk, n_head, hd) if by_row else x), be.scratch("attention.unscaled", (0, 0))
-    (k, ks), (v, vs) = parts(k), parts(v)
+    if isinstance(k, Int8Heads):       # keys and values alike
+        k, ks, v, vs = k.q, k.scale, v.q, v.scale
+    else:                              # f32 (the CPU's) have no scales: an empty array
+        ks = vs = be.scratch("attention.unscaled", (0, 0))
+        if by_row:
+            k, v = k.reshape(nk, n_head, hd), v.reshape(nk, n_head, hd)
     be.launch(attend_row, n_head * nq, q, k, ks, v, vs, p, out, nq, nk, hd,
               np.float32(1.0 / math.sqrt(hd)), weights, by_row, causal, q_offset, at,
               work=n_head * nq * nk * hd // 32)   # two vectorised passes over the keys
