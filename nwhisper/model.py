@@ -370,11 +370,12 @@ class Whisper:
         K.embed(be, self.dec_pos, be.upload(np.full(n, pos, np.int32)), pe)
         K.add(be, x, pe, x)
         at = be.upload(np.array([pos], np.int32))   # kv_append's position
-        live = range(n) if open_rows is None else [b for b in range(n) if open_rows[b]]
+        closed = set() if open_rows is None else {b for b in range(n) if not open_rows[b]}
+        live = [b for b in range(n) if b not in closed]
         a = s.get("a", n, width)      # every attention's output: a closed row's stays zero
-        for b in sorted(set(range(n)) - set(live)):
+        for b in closed:
             be.write(a[b:b + 1], np.zeros((1, width), np.float32))
-        cross = state.row_cross and [state.row_cross[b] if b in live else None for b in range(n)]
+        cross = state.row_cross and [None if b in closed else state.row_cross[b] for b in range(n)]
         for i, blk in enumerate(self.dec_blocks):
             qkv = self._qkv(blk, x, n)
             for b in live:   # each row as _self_attention runs a row decoded alone: the same
