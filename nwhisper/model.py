@@ -26,6 +26,7 @@ import numpy as np
 
 from . import kernels as K
 from .kernels.attention import heads_int8
+from .kernels.matmul import column_scales
 from .io.checkpoint import Checkpoint
 from .decoder_state import BatchState, DecoderState
 from .records import COMPUTE_TYPES, stop_if
@@ -52,29 +53,6 @@ def _stacked(ck, parts):
     return joined(ws), (joined(bs) if any(has_bias for _, has_bias in parts) else None)
 
 
-def _column_scales(w):
-    """c (i,) f32 = 1 / max_o |w[o, i]| of a weight matrix (1 for a column of zeros): for int8
-    rows read with float activations.
-
-    A row's int8 step is its largest |weight| / 127, and a few input columns of Whisper's decoder
-    matrices hold weights far larger than the rest (its hidden states' outlier features), so
-    per-row scales quantise every other column coarsely. W·diag(c) gives every column the same
-    range; the LayerNorm that feeds the product divides its gain and bias by c (_LayerNorm's
-    `columns`), so the product is the same: LN(x)·Wᵀ = (LN(x)/c)·(W·diag(c))ᵀ, at no cost per
-    step. Measured on tiny.en's output projection over the 63 s clip's 230 steps: logit error
-    against the f16 product median 0.092 -> 0.017, 99th percentile 0.44 -> 0.066, largest 1.10
-    -> 0.16 (scales from activation statistics, SmoothQuant's, did no better here)."""
-    half = w.dtype == np.float16
-    top = np.zeros(w.shape[1], np.uint16 if half else np.float32)
-    for i in range(0, w.shape[0], 4096):    # a block of rows at a time: no copy of the matrix
-        block = w[i:i + 4096]
-        # |w| of a half is its bits without the sign, and those order as the values do
-        top = np.maximum(top, (block.view(np.uint16) & np.uint16(0x7FFF) if half
-                               else np.abs(block)).max(axis=0))
-    top = top.view(np.float16).astype(np.float32) if half else top
-    return np.where(top > 0, 1.0 / np.where(top > 0, top, 1.0), 1.0).astype(np.float32)
-
-
 class _Linear:
     """y = x·Wᵀ (+ b), of one checkpoint layer `name`, or of several stacked (`parts`, as
     _stacked takes them: one product where they share their input). k_proj has no bias:
@@ -88,14 +66,14 @@ class _Linear:
     products, memory-bound), "int8" (int8 rows with per-row scales, kernels.matmul.Int8Weight:
     the encoder's, whose activations the CPU's int8 GEMM may quantise per row) or "int8-gemv"
     (the decoder's: its activations are never quantised, backend.weight_int8 says why).
-    equalise: W's input columns multiplied by `columns` (_column_scales) before it is stored;
+    equalise: W's input columns multiplied by `columns` (column_scales) before it is stored;
     the LayerNorm that feeds it divides by them."""
 
     def __init__(self, be, ck, name=None, bias=True, store="full", parts=None, equalise=False):
         w, b = _stacked(ck, parts or [(name, bias)])
         if equalise and store != "int8-gemv":
             raise ValueError("only int8 rows read with float activations are equalised")
-        self.columns = _column_scales(w) if equalise else None
+        self.columns = column_scales(w) if equalise else None
         if store.startswith("int8"):
             self.w = be.weight_int8(w, quantized_rows=store == "int8", columns=self.columns)
         elif store == "gemv":
@@ -118,7 +96,7 @@ class _Linear:
 
 class _LayerNorm:
     """columns: the gain and bias divided by these, the column scales of the product this
-    LayerNorm alone feeds (_column_scales)."""
+    LayerNorm alone feeds (column_scales)."""
 
     def __init__(self, be, ck, name, columns=None):
         c = 1.0 if columns is None else columns
@@ -156,7 +134,7 @@ class _Block:
     """One pre-LayerNorm residual block; `cross` adds the decoder's cross-attention; `store`:
     how its matrices are kept (_Linear). "int8-gemv" (the decoder's int8 rows, read with float
     activations): each product that a LayerNorm feeds has its columns equalised
-    (_column_scales) -- the encoder's int8 GEMM quantises its activations too, which such
+    (column_scales) -- the encoder's int8 GEMM quantises its activations too, which such
     scales would change."""
 
     def __init__(self, be, ck, prefix, cross, store):
@@ -245,10 +223,10 @@ class Whisper:
         emb = ck["model.decoder.embed_tokens.weight"]
         c = None
         if int8:
-            # The output projection is its own int8 copy, columns equalised (_column_scales) and
+            # The output projection is its own int8 copy, columns equalised (column_scales) and
             # the final LayerNorm, which feeds only this product, divided by the same scales; the
             # embedding itself is only looked up, a row a token, where the checkpoint holds it.
-            c = _column_scales(emb)
+            c = column_scales(emb)
             aligned = _host(emb, emb.dtype)    # the quantiser's input: a copy where emb is unaligned
             ck.release_pages("model.decoder.embed_tokens.")    # not resident beside the copy
             self.out_proj = be.weight_int8(aligned, quantized_rows=False, columns=c)
@@ -354,9 +332,8 @@ class Whisper:
         state.length → logits (B, n_vocab) on the device. The projections, the cross-attention
         and the MLP run on the B rows together; the self-attention is per row (each row
         attends to its own cache), and the cross-attention too when the rows are windows.
-        open_rows: which rows still decode (None: all). A closed row's attentions are skipped
-        (their output is zero), so its logits mean nothing: a window that has ended no longer
-        reads its cross K/V, the most memory a step reads."""
+        open_rows: the rows still decoding (None: all); a closed row's attentions are skipped
+        (a window that has ended no longer reads its cross K/V), its logits meaningless."""
         be, d, s = self.be, self.dims, self.scratch
         ids = be.upload(np.asarray(ids, np.int32)) if isinstance(ids, (list, tuple, np.ndarray)) else ids
         n, width, pos = ids.shape[0], d.n_text_state, state.length
@@ -480,8 +457,7 @@ class Whisper:
     def _cross_attention(self, blk, x, n, state, i, weights=False, rows=None):
         """x += out_proj(attention(LN(x)) over the window's cross K/V); returns the attention
         probabilities (n_head, n, n_audio_ctx) when `weights`, else None. rows: row b of x
-        attends to rows[b]'s K/V instead (a batch of windows: BatchState.row_cross; None: the
-        row is skipped, its output left as it is)."""
+        attends to rows[b]'s K/V instead, none where it is None (BatchState.row_cross)."""
         be, s, width, heads = self.be, self.scratch, x.shape[1], self.dims.n_text_head
         q = blk.cross.q(be, x, s.get("q", n, width), ln=blk.cross_ln)
         a = s.get("a", n, width)

@@ -173,7 +173,7 @@ class Backend:
         outlier features whose row scale crushes the rest — measured, tiny.en's prompts through
         the int8 GEMM lost a whole window of the 63 s clip.
 
-        columns (i,) f32: the matrix is a · diag(columns) (model._column_scales)."""
+        columns (i,) f32: the matrix is a · diag(columns) (kernels.matmul.column_scales)."""
         if columns is not None:
             a = np.asarray(a, np.float32) * columns   # the full-precision matrix as well
         full = self.weight(a)

@@ -108,6 +108,29 @@ def quantize_row(o, w, columns, q, scale):
         q[o, c] = np.int8(math.floor(v + np.float32(0.5)))  # to nearest, halves up
 
 
+def column_scales(w):
+    """c (i,) f32 = 1 / max_o |w[o, i]| of a weight matrix (1 for a column of zeros): for int8
+    rows read with float activations.
+
+    A row's int8 step is its largest |weight| / 127, and a few input columns of Whisper's decoder
+    matrices hold weights far larger than the rest (its hidden states' outlier features), so
+    per-row scales quantise every other column coarsely. W·diag(c) gives every column the same
+    range; the LayerNorm that feeds the product divides its gain and bias by c (model._LayerNorm's
+    `columns`), so the product is the same: LN(x)·Wᵀ = (LN(x)/c)·(W·diag(c))ᵀ, at no cost per
+    step. Measured on tiny.en's output projection over the 63 s clip's 230 steps: logit error
+    against the f16 product median 0.092 -> 0.017, 99th percentile 0.44 -> 0.066, largest 1.10
+    -> 0.16 (scales from activation statistics, SmoothQuant's, did no better here)."""
+    half = w.dtype == np.float16
+    top = np.zeros(w.shape[1], np.uint16 if half else np.float32)
+    for i in range(0, w.shape[0], 4096):    # a block of rows at a time: no copy of the matrix
+        block = w[i:i + 4096]
+        # |w| of a half is its bits without the sign, and those order as the values do
+        top = np.maximum(top, (block.view(np.uint16) & np.uint16(0x7FFF) if half
+                               else np.abs(block)).max(axis=0))
+    top = top.view(np.float16).astype(np.float32) if half else top
+    return np.where(top > 0, 1.0 / np.where(top > 0, top, 1.0), 1.0).astype(np.float32)
+
+
 def quantize_int8(be, w, columns=None):
     """(q int8, scale f32) of a weight matrix w (o, i) on the backend, per output row; of
     w · diag(columns) when columns (i,) f32 is given (the product made in the kernel, so an

@@ -179,7 +179,7 @@ def test_int8_agrees_with_hf(models, name):
     clips (model-fw-int8.json), and to what ours reaches (INT8_REACHES). Measured when this was
     written: ours tiny.en 12/13, 0.938;
     base 15/17, 0.951 — faster-whisper int8 8/13, 0.897 and 8/17, 0.887; with the decoder's
-    columns equalised (model._column_scales) tiny.en 12/13, 0.993; base 15/17, 0.965; with the
+    columns equalised (matmul.column_scales) tiny.en 12/13, 0.993; base 15/17, 0.965; with the
     encoder's attention blocked (kernels/attention_blocked.py: bfloat16 probabilities and
     values, where the CPU has AVX-512 BF16) tiny.en 12/13, 0.993; base 14/17, 0.951 — a near-tie
     moved: its encoder output on jfk.wav is as far from float32's as before (relative RMS
@@ -273,7 +273,7 @@ def test_int8_long_form_keeps_every_window(models, name):
     int8 GEMM (hidden states quantised per row), tiny.en skipped the window 27-57 s whole.
     tiny.en's window at 27.44 s stays close: at the step after "<|0.00|> The" its int8 decode
     puts the text ("encoder") 0.07-0.4 nats above the timestamps (float32: 5.8), so last-bit
-    rounding decides it (before the decoder's columns were equalised, model._column_scales,
+    rounding decides it (before the decoder's columns were equalised, matmul.column_scales,
     the margin was 0.003 nats, and OpenBLAS called per column block tipped it: the window was
     skipped as silence; so did the encoder's blocked attention with its rows' totals summed in
     float32 lanes rather than exactly, kernels/attention_blocked.py)."""
@@ -294,7 +294,7 @@ def test_int8_long_form_keeps_every_window(models, name):
 
 def test_int8_output_projection_is_equalised(models):
     """compute_type="int8" quantises the output projection per row after equalising its input
-    columns (model._column_scales, folded into the final LayerNorm). Its logits of the float32
+    columns (matmul.column_scales, folded into the final LayerNorm). Its logits of the float32
     model's hidden states along HF's greedy tokens for jfk.wav, against the checkpoint's f16
     product in float64: within 0.05 at the median and 0.4 at worst, and well under what
     per-row scales alone give on the same states (measured: 0.017 / 0.16 against 0.09 / 1.1

@@ -263,7 +263,7 @@ def test_linear_int8(be, rng, n, i, o):
 
 
 def test_quantize_int8_equalised_columns(be, rng):
-    """The quantiser applying column scales itself (model._column_scales' path: float16 weights,
+    """The quantiser applying column scales itself (matmul.column_scales' path: float16 weights,
     as the CPU keeps them in uint16 bits) = NumPy's rounding of w·diag(c), within one step where
     the product's order of rounding lands a value on a half; scales within float32 rounding (the
     kernel's fastmath multiplies by 1/127)."""
