@@ -34,6 +34,9 @@ def parse_addr(addr):
 @click.option("--vad", is_flag=True, help="skip non-speech (Silero VAD) by default (a request's vad field overrides)")
 @click.option("--timestamps", is_flag=True, help="timestamped segments by default (a request's timestamps field overrides; srt, vtt and verbose_json always have them)")
 @max_tokens_option
+@click.option("--tail-ms", type=click.IntRange(32, 2000), default=None, metavar="MS",
+              help="audio after the voice that each live utterance keeps, fixed (in 32 ms steps)  "
+                   "[default: 200, shortened while the model is too slow to answer at the pause]")
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
 @compute_type_option
 @click.option("--tls", is_flag=True, help="https/wss with a self-signed ECDSA P-256 certificate (minted once, kept in --tls-dir)")
@@ -58,7 +61,7 @@ def parse_addr(addr):
               help="advertise the Wyoming service on the LAN (mDNS _wyoming._tcp, as Home Assistant discovers it)")
 @click.option("--no-http", is_flag=True, help="serve only --wyoming (no HTTP port)")
 @offline_option
-def serve(model, more_models, addr, lang, vad, timestamps, max_tokens, device, compute_type, tls, cert, key, tls_dir, token,
+def serve(model, more_models, addr, lang, vad, timestamps, max_tokens, tail_ms, device, compute_type, tls, cert, key, tls_dir, token,
           unload_after, connections, queue, max_upload_mb, wyoming, wyoming_own_vad, zeroconf, no_http, offline):
     """Serve MODEL (a name or path; default tiny.en), and any --model, over HTTP: whisper.cpp's POST /inference,
     OpenAI's POST /v1/audio/transcriptions and /translations, GET /health, and a test page at /;
@@ -99,7 +102,7 @@ def serve(model, more_models, addr, lang, vad, timestamps, max_tokens, device, c
         models = tuple(dict.fromkeys(([model] if model else []) + list(more_models))) or (DEFAULT_MODEL,)
         cfg = Config(models=models, device=device, compute_type=compute_type, host=host, port=port,
                      language=lang.strip().lower() if lang else None, vad=vad,
-                     timestamps=timestamps, max_tokens=max_tokens, token=token or None,
+                     timestamps=timestamps, max_tokens=max_tokens, tail_ms=tail_ms, token=token or None,
                      ssl=ssl_ctx, unload_after=unload_after, connections=connections, queue=queue,
                      max_upload=int(max_upload_mb * (1 << 20)), http=not no_http, wyoming=wyoming,
                      wyoming_own_vad=wyoming_own_vad, zeroconf=zeroconf, offline=offline)

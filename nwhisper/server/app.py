@@ -65,6 +65,7 @@ class Config:
     vad: bool = False                # server default; a request's `vad` overrides it
     timestamps: bool = False         # server default; a request's `timestamps` overrides it
     max_tokens: int = TranscribeOptions.max_tokens
+    tail_ms: int | None = None       # live streams' fixed tail; None: sized by the model's speed
     token: str | None = None
     ssl: object = None               # an ssl.SSLContext for https/wss, or None
     unload_after: float = 0.0        # seconds idle before the model is released; 0 = never

@@ -103,7 +103,7 @@ class StreamHandler(websocket.WebSocketHandler):
     def live_stream(self, settings, send=None, **kw):
         cfg = self.ctx.config
         return LiveStream(self.host, settings, send or self._send, language=cfg.language,
-                          max_tokens=cfg.max_tokens, **kw)
+                          max_tokens=cfg.max_tokens, tail_ms=cfg.tail_ms, **kw)
 
     def on_message(self, message):
         live = self.live

@@ -244,7 +244,8 @@ class Connection:
                                   hotwords=", ".join(r.terms) or None)
         self.live = LiveStream(self._held, settings, self._from_stream,
                                language=self.ctx.config.language,
-                               max_tokens=self.ctx.config.max_tokens)
+                               max_tokens=self.ctx.config.max_tokens,
+                               tail_ms=self.ctx.config.tail_ms)
         self.state, self.texts, self.started, self.said = AUDIO, [], False, {}
         self.language = None
 

@@ -1,6 +1,6 @@
 """One live stream: audio in, utterances out — the endpointer's events turned into model jobs.
 
-    live = LiveStream(door, settings, send, language=None, max_tokens=…)
+    live = LiveStream(door, settings, send, language=None, max_tokens=…, tail_ms=None)
     live.configure(settings, lead_ms=None, prompt=None)   # new settings, any time
     live.feed(samples)          # float32 at settings.rate, any length (on the event loop)
     live.end()                  # the client says the utterance is over: transcribe it now
@@ -28,7 +28,9 @@ How an utterance becomes an answer (turns on):
   is not used. The tail (the audio after the voice that an utterance includes) is
   200 ms where the pause leaves time to transcribe after it, and shortened, to 64 ms at least,
   where the model would otherwise still be busy when the pause closes: the tail is then
-  pause − (a short utterance's transcription time, as measured) − a chunk.
+  pause − (a short utterance's transcription time, as measured) − a chunk. A server's
+  `tail_ms` fixes it instead (serve --tail-ms): the same words on every machine, the final
+  later where the model is slow.
 * End (the pause closed, max_utt_ms, or the client's end): if the speculative job has the same
   span, its result is the final (proc_ms, the wait after the close, ≈ 0); else a FINAL job now.
   Finals go out in utterance order. An utterance whose text comes back empty (the model's
@@ -113,8 +115,9 @@ class _Utterance:
 
 class LiveStream:
     def __init__(self, door, settings, send, language=None, max_tokens=TranscribeOptions.max_tokens,
-                 report_closes=False, turns=True, words=False):
+                 report_closes=False, turns=True, words=False, tail_ms=None):
         self.door, self.send, self.words = door, send, words
+        self.tail_ms = tail_ms                  # a fixed tail; None: sized by the model's speed
         self.default_language, self.max_tokens = language, max_tokens
         self.report_closes, self.turns = report_closes, turns
         self.settings = None
@@ -145,6 +148,8 @@ class LiveStream:
         opts = settings.endpointer_options()
         if lead_ms is not None:
             opts = dataclasses.replace(opts, lead_ms=lead_ms)
+        if self.tail_ms is not None:
+            opts = dataclasses.replace(opts, tail_ms=self.tail_ms)
         if not self.turns:
             return
         if self.vad is None:
@@ -263,7 +268,7 @@ class LiveStream:
             getattr(self, "_on_" + e.kind)(e)
         self._drop_stale_speculation()
         ep = self.vad.endpointer
-        if ep.open and ep.n == ep.speech_end:          # while the voice goes on, never after a Stop
+        if self.tail_ms is None and ep.open and ep.n == ep.speech_end:   # voice now: no Stop yet
             ep.tail_ms = self._tail_ms(ep)
 
     def _tail_ms(self, ep):

@@ -3,21 +3,25 @@ context, the endpointer's Stop, and the streaming resampler against the whole-si
 
 Truth: the settings' table (nwhisper/stream/settings.py, README) for the checks; for the
 resampler, `resample` of the whole signal (itself checked against scipy in test_audio.py); for
-Stop, the End that follows it when no more voice comes (the same span, by definition).
+Stop, the End that follows it when no more voice comes (the same span, by definition); for the
+tail a live utterance keeps, the endpointer's 32 ms chunks and the two bounds stream/live.py names.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+import types
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
+from fixture_audio import audio
 from hypothesis import strategies as st
 
 from nwhisper.io.audio import StreamResampler, resample
 from nwhisper.server.protocol import MAX_FRAME, FrameError, decode_frame
-from nwhisper.stream.live import draft_ctx, stable_prefix
+from nwhisper.stream.live import LiveStream, draft_ctx, stable_prefix
 from nwhisper.stream.settings import ConfigError, StreamSettings
 from nwhisper.vad.endpointer import Endpointer, EndpointerOptions
 
@@ -167,3 +171,46 @@ def test_protocol_table_lists_every_field():
     for name in FIELDS:
         assert f"| {name}" in P.__doc__ or f", {name} |" in P.__doc__, name
     json.dumps(StreamSettings().__dict__)
+
+
+class _Door:
+    """The model's door, run at once: each FINAL job's audio length is noted."""
+
+    def __init__(self, utterance_s):
+        self.utterance_s, self.finals = utterance_s, []
+
+    def submit(self, fn, priority):
+        f = asyncio.get_running_loop().create_future()
+        f.set_result(fn(self))
+        return f
+
+    def abandon(self, future):
+        pass
+
+    def transcribe(self, audio, options, cancelled=None):      # the model, as the jobs call it
+        self.finals.append(len(audio))
+        return [types.SimpleNamespace(text=" a card", words=None, avg_logprob=-0.1)], \
+            types.SimpleNamespace(language="en")
+
+
+def _final_samples(utterance_s, tail_ms=None):
+    """The samples of the last final job of a card sent to a LiveStream, then a second of silence."""
+    async def go():
+        door = _Door(utterance_s)
+        live = LiveStream(door, StreamSettings(pause_ms=400), lambda m: None, tail_ms=tail_ms)
+        x = np.concatenate([audio("cards/002.wav"), np.zeros(16000, np.float32)])
+        for i in range(0, len(x), 512):                    # as a client sends it: 32 ms frames
+            live.feed(x[i:i + 512])
+        await live.settled()
+        return door.finals[-1]
+    return asyncio.run(go())
+
+
+def test_the_tail_shortens_on_a_slow_model_unless_the_server_fixes_it():
+    """pause 400 ms: a model answering in 50 ms leaves the whole 200 ms tail (192, in chunks);
+    one taking 500 ms would still be busy at the pause, so the utterance keeps the least (64 ms);
+    serve --tail-ms keeps its tail whatever the model's speed (the same words on any machine)."""
+    fast, slow = _final_samples(0.05), _final_samples(0.5)
+    assert fast - slow == (192 - 64) * 16
+    assert _final_samples(0.5, tail_ms=200) == fast
+    assert _final_samples(0.05, tail_ms=96) == slow + 32 * 16
