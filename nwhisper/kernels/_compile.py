@@ -64,6 +64,10 @@ CPU_JIT = "cache=True, error_model='numpy', fastmath={'arcp', 'contract', 'nsz',
 # from the cache (kernel_cache.ApartCompiler). And a result that must not depend on how its work
 # was shared out — a stream alone or among others, a chunk alone or within a recording — comes
 # from one launcher whichever way it runs.
+# A body writes a float's maximum or minimum as a conditional expression (`zero if v < zero else
+# v`: the builtins' own result, NaN and -0.0 included), never max() or min(): inlined this way
+# into a serial launcher, the builtins keep LLVM from vectorising the loop around them (numba
+# 0.68: GELU over 2048 floats 6.1 µs against 1.0); the parallel launchers vectorise either way.
 CPU_BODY_JIT = "inline='always', error_model='numpy', fastmath={'arcp', 'contract', 'nsz', 'reassoc'}"
 CUDA_DEVICE_JIT = "device=True"
 CUDA_KERNEL_JIT = "cache=True"

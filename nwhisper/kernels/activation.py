@@ -18,7 +18,9 @@ from nwhisper.kernels._compile import kernel
 def gelu_elem(i, x, out):
     """out[i] = x[i] / 2 * (1 + erf(x[i] / sqrt(2))); x, out: flat f32 (out may be x)."""
     v = x[i]
-    z = min(max(v * np.float32(0.7071067811865476), np.float32(-4.0)), np.float32(4.0))
+    z = v * np.float32(0.7071067811865476)     # clamped to [-4, 4] (_compile.py: no min/max)
+    z = np.float32(-4.0) if z < np.float32(-4.0) else z
+    z = np.float32(4.0) if z > np.float32(4.0) else z
     z2 = z * z
     p = np.float32(-2.72614225801306e-10)  # numerator: z * p(z^2)
     p = p * z2 + np.float32(2.77068142495902e-08)

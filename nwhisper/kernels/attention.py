@@ -102,7 +102,9 @@ def heads_int8_row(j, x, q, scale, n_head, hd):
         scale[h, j] = s
         inv = np.float32(1.0) / s
         for c in range(hd):
-            v = min(max(row[c] * inv, np.float32(-127.0)), np.float32(127.0))
+            v = row[c] * inv
+            v = np.float32(-127.0) if v < np.float32(-127.0) else v
+            v = np.float32(127.0) if v > np.float32(127.0) else v
             dst[c] = np.int8(math.floor(v + np.float32(0.5)))  # to nearest, halves up
 
 

@@ -104,7 +104,9 @@ def quantize_row(o, w, columns, q, scale):
     scale[o] = s
     for c in range(n):
         x = widen(row[c]) * columns[c] if equalised else widen(row[c])
-        v = min(max(x / s, np.float32(-127.0)), np.float32(127.0))
+        v = x / s
+        v = np.float32(-127.0) if v < np.float32(-127.0) else v
+        v = np.float32(127.0) if v > np.float32(127.0) else v
         q[o, c] = np.int8(math.floor(v + np.float32(0.5)))  # to nearest, halves up
 
 

@@ -135,13 +135,15 @@ def im2col1d_row(r, x, cols, t_out, k, stride, dilation, pad):
 @kernel
 def relu_elem(i, x):
     """x[i] = max(x[i], 0); flat f32, in place."""
-    x[i] = max(x[i], np.float32(0.0))
+    v = x[i]
+    x[i] = np.float32(0.0) if v < np.float32(0.0) else v
 
 
 @kernel
 def add_relu_elem(i, a, b, out):
     """out[i] = max(a[i] + b[i], 0): a residual block's sum and its ReLU; flat f32 (out may be a)."""
-    out[i] = max(a[i] + b[i], np.float32(0.0))
+    v = a[i] + b[i]
+    out[i] = np.float32(0.0) if v < np.float32(0.0) else v
 
 
 @kernel
@@ -153,7 +155,8 @@ def scale_shift_relu_row(r, x, scale, shift, out):
     scale, shift (N,); out (rows, N) f32.
     """
     for c in range(out.shape[1]):
-        out[r, c] = max(x[r, c] * scale[c] + shift[c], np.float32(0.0))
+        v = x[r, c] * scale[c] + shift[c]
+        out[r, c] = np.float32(0.0) if v < np.float32(0.0) else v
 
 
 @kernel

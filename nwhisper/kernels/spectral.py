@@ -70,7 +70,8 @@ def mel_normalize_row(r, logspec, top, live, floor_log, out):
     lo = top[0] - 8.0
     for m in range(out.shape[1]):
         x = logspec[r, m] if r < live else floor_log
-        out[r, m] = np.float32((max(x, lo) + 4.0) / 4.0)
+        x = lo if x < lo else x
+        out[r, m] = np.float32((x + 4.0) / 4.0)
 
 
 # The host's FFT takes this many frames at a time: its float64 and complex temporaries (~10 KB

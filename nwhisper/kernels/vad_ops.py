@@ -89,7 +89,8 @@ def silero_chunk(s, x, ctx, h, c, prob, basis, w0, b0, w1, b1, w2, b2, w3, b3,
                         for o in range(128):
                             a0[s, t, o] += w0[i, j, o] * v
             for o in range(128):
-                a0[s, t, o] = max(a0[s, t, o] + b0[o], zero)
+                v = a0[s, t, o] + b0[o]
+                a0[s, t, o] = zero if v < zero else v
         # encoder 1: 128 -> 64, stride 2, 4 -> 2 frames
         for t in range(2):
             for o in range(64):
@@ -102,7 +103,8 @@ def silero_chunk(s, x, ctx, h, c, prob, basis, w0, b0, w1, b1, w2, b2, w3, b3,
                         for o in range(64):
                             a1[s, t, o] += w1[i, j, o] * v
             for o in range(64):
-                a1[s, t, o] = max(a1[s, t, o] + b1[o], zero)
+                v = a1[s, t, o] + b1[o]
+                a1[s, t, o] = zero if v < zero else v
         # encoder 2: 64 -> 64, stride 2, 2 -> 1 frame. One output frame: MLAS takes its M=1
         # path, a dot product per output over the im2col column (in, tap), summed in 8 lanes by
         # index mod 8 (multiply, then add), the lanes added as ((l0+l1)+l2)+l3 + ((l4+l5)+l6)+l7.
@@ -118,7 +120,8 @@ def silero_chunk(s, x, ctx, h, c, prob, basis, w0, b0, w1, b1, w2, b2, w3, b3,
         for o in range(64):
             acc = ((((lanes[s, 0, o] + lanes[s, 1, o]) + lanes[s, 2, o]) + lanes[s, 3, o])
                    + (((lanes[s, 4, o] + lanes[s, 5, o]) + lanes[s, 6, o]) + lanes[s, 7, o]))
-            a2[s, o] = max(acc + b2[o], zero)
+            acc += b2[o]
+            a2[s, o] = zero if acc < zero else acc
         # encoder 3: 64 -> 128, stride 1, 1 frame (only the centre tap sees data), the same M=1 path
         for l in range(8):
             for o in range(128):
@@ -131,7 +134,8 @@ def silero_chunk(s, x, ctx, h, c, prob, basis, w0, b0, w1, b1, w2, b2, w3, b3,
         for o in range(128):
             acc = ((((lanes[s, 0, o] + lanes[s, 1, o]) + lanes[s, 2, o]) + lanes[s, 3, o])
                    + (((lanes[s, 4, o] + lanes[s, 5, o]) + lanes[s, 6, o]) + lanes[s, 7, o]))
-            a3[s, o] = max(acc + b3[o], zero)
+            acc += b3[o]
+            a3[s, o] = zero if acc < zero else acc
         if phase == 1:
             return
     first = s if phase == 0 else 0
