@@ -21,6 +21,7 @@ from .io.registry import DEFAULT_MODEL, read
 from .model import Whisper
 from .tokenizer import Tokenizer
 from .transcribe import Transcriber
+from .vad import regions
 
 
 class WhisperModel:
@@ -106,10 +107,15 @@ class WhisperModel:
                 raise TypeError("transcribe() takes TranscribeOptions or its fields as keywords, not both")
             fields = dataclasses.asdict(options)
         opts = self.abilities.check(transcribe_options(vad, **fields))
+        silero = None
         if opts.diarize:        # the speakers need the whole recording before its first segment
+            from .speakers.diarize import REGIONS
             audio = sources.samples_of(audio)
-            turns = self.diarizer()(audio, opts.num_speakers, opts.min_speakers, opts.max_speakers)
-        segments, info = self._transcriber.transcribe(sources.of(audio, vad, opts.batch_size), opts,
+            # one Silero pass for the speakers' regions and, if it is Silero, the transcription's VAD
+            silero = regions.chunk_probs(audio, regions.detector("silero"))
+            turns = self.diarizer()(audio, opts.num_speakers, opts.min_speakers, opts.max_speakers,
+                                    regions=regions.speech_regions(audio, opts=REGIONS, probs=silero))
+        segments, info = self._transcriber.transcribe(sources.of(audio, vad, opts.batch_size, silero), opts,
                                                       progress=progress, on_segments=on_segments,
                                                       cancelled=cancelled)
         if opts.diarize:

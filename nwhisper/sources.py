@@ -123,15 +123,16 @@ class Source:
     chunked: bool = False
 
 
-def of(audio, vad=False, batch_size=1):
+def of(audio, vad=False, batch_size=1, silero=None):
     """The Source for transcribe(audio, vad=…, batch_size=…): audio a path, bytes, a file object
     or 16 kHz mono float32 samples. vad: False/None (the whole recording), True or 'silero',
     'energy', a detector (chunk → p(speech), with reset()), or a function (samples, sr) →
-    [(start, end)] in samples. batch_size > 1: Silero's speech in chunks."""
+    [(start, end)] in samples. batch_size > 1: Silero's speech in chunks. silero: Silero's
+    chunk_probs of the samples when they are made already (the speakers' pass, shared)."""
     if batch_size > 1:
-        return chunks(samples_of(audio))
+        return chunks(samples_of(audio), silero)
     if vad is not None and vad is not False:
-        return speech(samples_of(audio), "silero" if vad is True else vad)
+        return speech(samples_of(audio), "silero" if vad is True else vad, silero)
     return whole(audio)
 
 
@@ -143,15 +144,16 @@ def whole(audio):
     return Source([Piece(None, Recording(audio))])
 
 
-def speech(samples, vad="silero"):
+def speech(samples, vad="silero", silero=None):
     """Only the speech regions of `samples`, joined end to end (as faster-whisper's vad_filter):
     one piece, on a Clock back to the recording. Speech that straddles a 30 s window stays whole:
     the joined speech is transcribed as any recording is."""
+    probs = silero if vad == "silero" else None
     if isinstance(vad, str):
         vad = regions.detector(vad)
     if callable(vad) and hasattr(vad, "reset"):
         opts = regions.options_for(vad)
-        found = regions.speech_regions(samples, vad, opts, SR)
+        found = regions.speech_regions(samples, vad, opts, SR, probs)
     elif callable(vad):
         opts, found = regions.SILERO, vad(samples, SR)
     else:
@@ -164,10 +166,10 @@ def speech(samples, vad="silero"):
                   duration_after_vad=sum(b - a for a, b in found) / SR)
 
 
-def chunks(samples):
+def chunks(samples, silero=None):
     """faster-whisper's batched mode: Silero's speech packed into chunks of ≤ 30 s
     (regions.speech_chunks), each chunk's regions joined as one window."""
-    found = regions.speech_chunks(samples, regions.detector("silero"))
+    found = regions.speech_chunks(samples, regions.detector("silero"), probs=silero)
     spans = [r for c in found for r in c]
     return Source([chunk_piece(samples, c) for c in found],
                   duration=len(samples) / SR, speech_regions=_seconds(spans),

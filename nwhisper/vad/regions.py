@@ -151,17 +151,19 @@ def regions_from_probs(probs, n_samples, opts=SILERO, sr=SAMPLE_RATE):
     return [(a, b) for a, b in speeches]
 
 
-def speech_regions(samples, det=None, opts=None, sr=SAMPLE_RATE):
+def speech_regions(samples, det=None, opts=None, sr=SAMPLE_RATE, probs=None):
     """[(start, end)] in samples where detector `det` (default Silero) hears speech in 16 kHz
-    `samples`, under `opts` (default: SILERO for Silero, ENERGY for the energy detector)."""
+    `samples`, under `opts` (default: SILERO for Silero, ENERGY for the energy detector).
+    probs: `det`'s chunk_probs of `samples` when they are made already (a pass shared)."""
     if sr != SAMPLE_RATE:
         raise ValueError(f"speech_regions takes 16 kHz samples, not {sr} Hz")
     det = det if det is not None else detector("silero")
     opts = opts if opts is not None else options_for(det)
-    return regions_from_probs(chunk_probs(samples, det), len(samples), opts, sr)
+    probs = chunk_probs(samples, det) if probs is None else probs
+    return regions_from_probs(probs, len(samples), opts, sr)
 
 
-def speech_chunks(samples, det=None, opts=None, max_s=30.0, sr=SAMPLE_RATE):
+def speech_chunks(samples, det=None, opts=None, max_s=30.0, sr=SAMPLE_RATE, probs=None):
     """The speech of `samples` packed into chunks for windows decoded side by side (transcribe's
     batch_size, as faster-whisper's BatchedInferencePipeline packs them): each chunk a list of
     speech regions [(start, end)] in samples, in order, whose joined length is at most `max_s`.
@@ -172,10 +174,10 @@ def speech_chunks(samples, det=None, opts=None, max_s=30.0, sr=SAMPLE_RATE):
     chunk. Whole regions keep their sentences together; the pauses fill the chunks as tightly as
     faster-whisper's short regions do (fewer windows to decode). A region longer than a chunk
     with no pause in it is cut at its least speech-like 512-sample chunk in the last third
-    before the limit."""
+    before the limit. probs: as speech_regions'."""
     det = det if det is not None else detector("silero")
     opts = opts if opts is not None else options_for(det)
-    probs = chunk_probs(samples, det)
+    probs = chunk_probs(samples, det) if probs is None else probs
     limit = int(max_s * sr) // CHUNK * CHUNK
     pauses = regions_from_probs(probs, len(samples), replace(
         opts, min_speech_ms=0, min_silence_ms=PAUSE_MS, speech_pad_ms=0), sr)

@@ -81,6 +81,24 @@ def test_the_speaker_counts(models):
         m.transcribe(SCENE, num_speakers=2)
 
 
+@pytest.mark.parametrize("kw", [{"vad": True}, {"batch_size": 4}])
+def test_the_speakers_and_the_vad_share_one_silero_pass(models, monkeypatch, kw):
+    """With diarize and Silero's VAD (vad=True, or batch_size's chunks), Silero runs once over
+    the recording; the speakers and the transcript are what each makes alone."""
+    from nwhisper.vad import regions
+    m = models("tiny.en")
+    alone = [s.text for s in m.transcribe(SCENE, **kw)[0]]
+    turns = m.diarizer()(SCENE)
+    passes = []
+    real = regions.chunk_probs
+    monkeypatch.setattr(regions, "chunk_probs", lambda *a: passes.append(1) or real(*a))
+    segments, info = m.transcribe(SCENE, diarize=True, **kw)
+    segments = list(segments)
+    assert [s.text for s in segments] == alone and len(passes) == 1
+    assert info.speaker_turns == [(t.start, t.end, t.name) for t in turns]
+    assert {s.speaker for s in segments} == {"SPEAKER_00", "SPEAKER_01"}
+
+
 def test_silence_and_a_short_recording(models):
     m = models("tiny.en")
     segments, info = m.transcribe(np.zeros(5 * SR, np.float32), diarize=True)
