@@ -9,27 +9,23 @@ instead. `NUMBA_CACHE_DIR`, when set, is left to mean exactly that folder: nothi
 Wherever it is cached, a kernel loads without Numba first readying everything a compilation needs
 (_load_overload): a third of a second of every command.
 
-A parallel launcher is compiled in a helper process (ApartCompiler), never in the one that runs it,
-which then loads it from the cache like every later process: a `prange` loop becomes a gufunc that
-Numba optimises once in the process that compiles it and once more in the code it caches, and the
-two can round a sum differently, so a first run and a second would otherwise differ in the last
-bits of an encoder pass (and so, now and then, in a word). Where the cache cannot be written the
-launcher compiles here, as before.
-
-With an empty cache the process and its helper would take turns (the process waits for each
-launcher while the helper idles through the process's own compiles), so at a process's first
-miss the helper is also sent the functions a first transcription loads (FIRST, in the order it
-loads them: `python -m nwhisper.kernels` records them) and compiles them ahead on the other
-core: the parallel launchers in that order, then the rest from the last back, towards the
-process compiling its own from the first (whichever comes second loads it from the cache);
-whatever the process asks for meanwhile comes first. The process's exit stops the helper
-wherever it is: what it still compiles then, this process did not need.
+With an empty cache a first transcription compiles for seconds, one function after another. At a
+process's first miss a helper process (ApartCompiler) is sent the functions a first transcription
+loads (FIRST, in the order it loads them: `python -m nwhisper.kernels` records them) and compiles
+them ahead into the cache on the other core: the parallel launchers first (each a short compile
+that the process needs early), then the rest from the last back, towards the process compiling
+its own from the first. Whoever begins a function claims it (a file in a folder the two share),
+and the other does not compile it too: the process waits for the helper's copy to reach the
+cache and loads it (where the two met over one big function, both spent its 1.4 s). The
+process's exit stops the helper wherever it is: what it still compiles then, this process did
+not need. Where the cache cannot be written, everything compiles here, as before.
 
 Imported by nwhisper/__init__.py before any module defines a cached function (Numba picks a
 function's cache folder when the function is defined).
 """
 
 import atexit
+import hashlib
 import inspect
 import os
 import pickle
@@ -38,6 +34,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 
 from numba.core import caching, cpu
 from numba.core.runtime import rtsys
@@ -107,7 +104,8 @@ def _load_overload(self, sig, target_context):
     a fifth of a cold command) so that code can be compiled; machine code loaded from the cache
     needs only Numba's runtime (NRT) in place, and a parallel launcher's thread pool, which its
     own reload hook starts. Any compilation still refreshes the context before it begins. A
-    parallel launcher not in the cache is compiled by the ApartCompiler and then loaded."""
+    function not in the cache is compiled here, unless the helper has begun it (ApartCompiler):
+    then it is loaded once the helper has put it in the cache."""
     if not (isinstance(target_context, cpu.CPUContext) and _ours(self._py_func)):
         return _numba_load_overload(self, sig, target_context)
     rtsys.initialize(target_context)
@@ -117,9 +115,11 @@ def _load_overload(self, sig, target_context):
         cres = self._load_overload(sig, target_context)
     if cres is None and _apart():
         helper = ApartCompiler.get()    # at the first miss: FIRST ahead of its turn
-        if _compiled_apart(self._py_func) and helper.compile(self._py_func, sig):
+
+        def load():
             with self._guard_against_spurious_io_errors():
-                cres = self._load_overload(sig, target_context)
+                return self._load_overload(sig, target_context)
+        cres = helper.awaited(_name(self._py_func), repr(tuple(sig)), load)
     return cres
 
 
@@ -135,14 +135,9 @@ def _name(py_func):
 
 
 def _apart():
-    """Whether launchers compile in a helper (not in the helper itself, nor where
+    """Whether a helper compiles ahead (not for the helper itself, nor where
     NWHISPER_COMPILE_APART=0)."""
     return os.environ.get(APART, "1") != "0"
-
-
-def _compiled_apart(py_func):
-    """Whether py_func is a parallel CPU launcher, compiled in the helper process where _apart()."""
-    return py_func.__module__ == LAUNCHERS and not py_func.__name__.endswith("_serial") and _apart()
 
 
 class recording:
@@ -170,65 +165,40 @@ def first_functions():
         return []
 
 
-IDLE_S = 30   # the helper leaves after this long without work (a server compiles only at first)
-# The helper: compiles what it is sent into the cache: each ("want", launcher name, types) at
-# once, answering whether it did; each ("ahead", module:name, repr(types)) when nothing is
-# wanted, silently (one that no longer exists or no longer types is skipped)
+# The helper: compiles the functions it is sent, (module:name, repr(types)) each, into the cache
+# in that order, each unless the process has claimed it (one that no longer exists or no longer
+# types is skipped), then leaves
 _HELPER = f"""
-import functools, importlib, os, pickle, select, sys
-out = os.fdopen(os.dup(1), "wb")   # the answers; anything printed goes to stderr
-os.dup2(2, 1)
-sys.path.insert(0, sys.argv[1])
+import functools, importlib, os, pickle, sys
 os.environ[{APART!r}] = "0"
+sys.path.insert(0, sys.argv[1])
 from numba.core import types
-from nwhisper.kernels import _launch_cpu as launchers, blas
+from nwhisper.kernel_cache import claim, unclaim
+from nwhisper.kernels import blas
 blas.register_symbol()      # the GEMM loops' call into OpenBLAS links to it
-inp = open(0, "rb", buffering=0, closefd=False)   # unbuffered: select() sees every message
-wanted, ahead = [], []
 
 def function(name):
     module, _, qualname = name.partition(":")
     return functools.reduce(getattr, qualname.split("."), importlib.import_module(module))
 
-def read(timeout):
-    if not select.select([inp], [], [], timeout)[0]:
-        return False
-    kind, name, sig = pickle.load(inp)     # EOFError: the process has gone
-    (wanted if kind == "want" else ahead).append((name, sig))
-    return True
-
 try:
-    while True:
-        while read(0):
-            pass
-        if not (wanted or ahead or read({IDLE_S})):
-            break
-        if wanted:
-            name, sig = wanted.pop(0)
-            try:
-                getattr(launchers, name).compile(sig)
-                ok = True
-            except Exception as e:
-                print(f"nwhisper: compiling {{name}}{{sig}} apart failed: {{e}}", file=sys.stderr)
-                ok = False
-            pickle.dump(ok, out)
-            out.flush()
-        elif ahead:
-            name, sig = ahead.pop(0)
-            try:
-                function(name).compile(eval(sig, dict(vars(types), bool=types.boolean)))
-            except Exception:
-                pass
-except EOFError:
-    pass
+    ahead = pickle.load(sys.stdin.buffer)
+except EOFError:            # the process has gone
+    ahead = []
+for name, sig in ahead:
+    if not claim(sys.argv[2], name, sig):
+        continue            # the process compiles it, or has
+    try:
+        function(name).compile(eval(sig, dict(vars(types), bool=types.boolean)))
+    except Exception:
+        unclaim(sys.argv[2], name, sig)
 """
 
 
 class ApartCompiler:
-    """One helper process per process, started at its first function missing from the cache
-    (sent FIRST's functions to compile ahead) and kept while there is work (it imports Numba
-    once; each compilation then costs what it would have cost here); it leaves after IDLE_S idle
-    seconds, and the next miss starts another."""
+    """One helper process per process, started at its first function missing from the cache and
+    sent FIRST's functions to compile ahead (it imports Numba once; each compilation then costs
+    what it would have cost here); it leaves when it has been through them."""
 
     _one = None
     _lock = threading.Lock()
@@ -238,52 +208,72 @@ class ApartCompiler:
         with cls._lock:
             if cls._one is None:
                 cls._one = cls()
-            elif cls._one.proc.poll() is not None:    # it left, idle
-                cls._one._start()
             return cls._one
 
     def __init__(self):
-        self._start()
+        self.claims = tempfile.mkdtemp(prefix="nwhisper-claims-")
+        self.proc = subprocess.Popen([sys.executable, "-c", _HELPER, os.path.dirname(PACKAGE),
+                                      self.claims], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL)
         first = first_functions()
-        parallel = [f for f in first if f[0].startswith(LAUNCHERS + ":") and not f[0].endswith("_serial")]
+        parallel = [f for f in first if f[0].startswith(LAUNCHERS + ":") and not f[0].endswith("_range")]
         rest = [f for f in first if f not in parallel]
         try:
-            self._send([("ahead", name, sig) for name, sig in parallel + rest[::-1]])
+            pickle.dump(parallel + rest[::-1], self.proc.stdin)
+            self.proc.stdin.close()
         except OSError:
-            pass        # it has gone already: compile() starts another
+            pass        # it has gone already: this process compiles what it needs
         atexit.register(self.close)
 
-    def _start(self):
-        self.proc = subprocess.Popen([sys.executable, "-c", _HELPER, os.path.dirname(PACKAGE)],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-
-    def _send(self, messages):
-        for m in messages:
-            pickle.dump(m, self.proc.stdin)
-        self.proc.stdin.flush()
-
-    def compile(self, py_func, sig):
-        """Whether the helper compiled launcher py_func for argument types `sig` (into the cache);
-        asked once more of a new helper where this one had just left."""
-        for _ in range(2):
-            try:
-                self._send([("want", py_func.__name__, tuple(sig))])
-                return pickle.load(self.proc.stdout)
-            except (OSError, EOFError, pickle.PickleError):
-                self.proc.kill()
-                self.proc.wait()
-                self._start()
-        return False
-
     def close(self):
-        """At exit: every launcher this process wanted has been answered, so whatever the helper
-        still compiles is ahead of any need (FIRST's rest, or a function this process compiled
-        itself meanwhile): it is stopped, not awaited (a first command's exit waited up to 1.6 s
-        for it). Numba writes a cache file under a temporary name and renames it: a compile cut
-        short leaves nothing half-written."""
+        """At exit: whatever the helper still compiles is ahead of any need (FIRST's rest): it is
+        stopped, not awaited (a first command's exit waited up to 1.6 s for it). Numba writes a
+        cache file under a temporary name and renames it: a compile cut short leaves nothing
+        half-written."""
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
+        shutil.rmtree(self.claims, ignore_errors=True)
+
+    def awaited(self, name, sig, load):
+        """What load() gives once the helper has compiled function `name` for `sig` (repr of the
+        types) ahead, if it has begun it; None where this process is to compile it: nobody had
+        begun it (it is claimed for this process now), or the helper gave it up or went."""
+        path = _claim_path(self.claims, name, sig)
+        if claim(self.claims, name, sig):
+            return None
+        while self.proc.poll() is None and os.path.exists(path):
+            cres = load()
+            if cres is not None:
+                return cres
+            time.sleep(CLAIM_POLL_S)
+        return load()
+
+
+CLAIM_POLL_S = 0.01     # how often a process waiting for its helper's compile looks for it
+
+
+def _claim_path(claims, name, sig):
+    return os.path.join(claims, hashlib.sha1(f"{name}|{sig}".encode()).hexdigest())
+
+
+def claim(claims, name, sig):
+    """Whether this process is the first to claim compiling `name` for `sig` (repr of the
+    types, as FIRST writes them): the process and its helper never both compile one function
+    (each would spend the same seconds on it; a first command's last big function was)."""
+    try:
+        os.close(os.open(_claim_path(claims, name, sig), os.O_CREAT | os.O_EXCL))
+        return True
+    except FileExistsError:
+        return False
+    except OSError:
+        return True         # no claims folder (it has gone): compile as before
+
+
+def unclaim(claims, name, sig):
+    try:
+        os.remove(_claim_path(claims, name, sig))
+    except OSError:
+        pass
 
 
 def _ours(py_func):

@@ -8,6 +8,7 @@ f16 bits, by the decoder's GEMV. A decoder step is replayed as the list of calls
 
 import os
 
+import numba
 import numpy as np
 
 from nwhisper.kernels import blas, gemm_bf16, gemm_int8
@@ -17,6 +18,7 @@ from nwhisper.backend.base import Backend
 
 
 _ENTRIES = {}   # CpuBackend._entry's choices, by (dispatcher, its arguments' _signature)
+_ADDRESSES = {}  # _address's answers, likewise
 
 
 def _signature(fn, a):
@@ -29,6 +31,21 @@ def _signature(fn, a):
     if isinstance(a, (bool, np.generic)) or (isinstance(a, (int, float)) and abs(a) < 2 ** 62):
         return type(a)
     return fn.typeof_pyval(a)
+
+
+def _address(ranged, args):
+    """The address of range function `ranged`'s code for (lo, hi, *args): its C wrapper, which
+    a parallel launcher calls on each thread's block (kernels/trampoline.py); compiled (or loaded
+    from the cache) for these argument types first if need be."""
+    key = (ranged, tuple(_signature(ranged, a) for a in args))
+    at = _ADDRESSES.get(key)
+    if at is None:
+        sig = (numba.types.int64, numba.types.int64) + tuple(ranged.typeof_pyval(a) for a in args)
+        if sig not in ranged.overloads:
+            ranged.compile(sig)
+        cres = ranged.overloads[sig]
+        at = _ADDRESSES[key] = cres.library.get_pointer_to_function(cres.fndesc.llvm_cfunc_wrapper_name)
+    return at
 
 
 class CpuBackend(Backend):
@@ -145,9 +162,13 @@ class CpuBackend(Backend):
         why)."""
         if count <= 0:
             return
-        serial = self.serial(count if work is None else work)
+        chunks = numba.get_num_threads()
+        ranged = self._launcher(kernel, "_range")
         try:
-            self.host(self._launcher(kernel, "_serial" if serial else ""), count, *args)
+            if chunks == 1 or self.serial(count if work is None else work):
+                self.host(ranged, 0, count, *args)
+            else:
+                self.host(self._launcher(kernel), _address(ranged, args), count, chunks, *args)
         except Exception as e:
             if any(getattr(a, "dtype", None) == np.float16 for a in args):
                 raise TypeError(f"{kernel.__name__}: float16 arrays cannot reach CPU kernels; "

@@ -5,11 +5,13 @@ arrays (``def layernorm_row(i, x, w, b, out, n, eps)``). ``@kernel`` registers i
 written per kernel. Each body gets two thin launchers:
 
     CPU   numba.njit(inline='always') body, inlined into
-          @njit(parallel=True, cache=True) def name(count, *args): for i in prange(count): body(i, *args)
-          and from a serial twin `name_serial` (plain range) for launches too small to share out:
-          a parallel region costs a few µs when quiet (~50 where the workers sleep between
-          launches: backend.CpuBackend) and milliseconds when another process holds a core
-          (its workers wait at the barrier for a descheduled thread)
+          @njit(cache=True) def name_range(lo, hi, *args): for i in [lo, hi): body(i, *args),
+          which a launch too small to share out calls for [0, count) (a parallel region costs a
+          few µs when quiet, ~50 where the workers sleep between launches: backend.CpuBackend,
+          and milliseconds when another process holds a core: its workers wait at the barrier
+          for a descheduled thread), and the parallel launcher calls on one block of [0, count)
+          per thread, through its address (trampoline.py):
+          @njit(parallel=True, cache=True) def name(at, count, chunks, *args)
     CUDA  cuda.jit(device=True) body, called from
           @cuda.jit(cache=True) def name(count, *args): i = cuda.grid(1); if i < count: body(i, *args)
 
@@ -49,25 +51,22 @@ HELPER_MODULES = ("widen", "vecmath")
 # denormals and approximates division). Numba's cache does not key on these flags: after a change
 # here, delete the kernels' cached objects (__pycache__/*.nbi, *.nbc) or set NUMBA_CACHE_DIR anew.
 CPU_JIT = "cache=True, error_model='numpy', fastmath={'arcp', 'contract', 'nsz', 'reassoc'}"
-# Every CPU body is inlined into its launchers in Numba's IR, so that a launcher is one function,
+# Every CPU body is inlined into its range function in Numba's IR, so that it is one function,
 # compiled the same way whether this process compiles it or loads it from Numba's cache. A body
 # compiled on its own and linked in rounds its reassociated sums one way when the launcher is
 # compiled in the same process and another when the launcher comes from the cache (layernorm,
 # attend_row, Silero's cells: the first run after an install then transcribed a long int8
 # recording differently from every later run); and a big body (linear_elem, vectorised) costs
 # a call per work item, every array passed field by field.
-# That holds for the serial launchers, not for the parallel ones (numba 0.68): prange's loop
-# becomes a gufunc that Numba optimises in a library of its own, then again linked into the
-# launcher's module, and a process that compiles the launcher runs the first while the cache keeps
-# the second, whose reassociated sums can round differently (exp_row by 3e-5 over an encoder's
-# rows). So parallel launchers are compiled in a helper process and every process loads them
-# from the cache (kernel_cache.ApartCompiler). And a result that must not depend on how its work
-# was shared out — a stream alone or among others, a chunk alone or within a recording — comes
-# from one launcher whichever way it runs.
+# The parallel launcher does no arithmetic of its own: it calls the range function's compiled
+# code by address, so a launch's floats are the same on one thread or many, and wherever the
+# code was compiled (a prange loop holding the body would be a gufunc that Numba optimises in a
+# library of its own and again linked into the launcher: a process that compiled it and one
+# that loaded it from the cache rounded exp_row by up to 3e-5 apart).
 # A body writes a float's maximum or minimum as a conditional expression (`zero if v < zero else
 # v`: the builtins' own result, NaN and -0.0 included), never max() or min(): inlined this way
-# into a serial launcher, the builtins keep LLVM from vectorising the loop around them (numba
-# 0.68: GELU over 2048 floats 6.1 µs against 1.0); the parallel launchers vectorise either way.
+# into a range function, the builtins keep LLVM from vectorising the loop around them (numba
+# 0.68: GELU over 2048 floats 6.1 µs against 1.0).
 CPU_BODY_JIT = "inline='always', error_model='numpy', fastmath={'arcp', 'contract', 'nsz', 'reassoc'}"
 CUDA_DEVICE_JIT = "device=True"
 CUDA_KERNEL_JIT = "cache=True"
@@ -100,7 +99,7 @@ def digest(found):
     """Hash of the bodies' sources and the compile options: it changes when any launcher must."""
     h = hashlib.sha256()
     h.update(f"{CPU_JIT}|{CPU_BODY_JIT}|{CUDA_DEVICE_JIT}|{CUDA_KERNEL_JIT}".encode())
-    for mod in HELPER_MODULES:
+    for mod in HELPER_MODULES + ("trampoline",):
         h.update(inspect.getsource(importlib.import_module(f"nwhisper.kernels.{mod}")).encode())
     for name, body in found.items():
         h.update(f"{body.__module__}.{name}\n".encode())
@@ -148,8 +147,12 @@ def source(target):
     """Text of the generated launcher module for `target` ('cpu' or 'cuda')."""
     found = bodies()
     if target == "cpu":
-        doc = ("CPU launchers: `for i in prange(count): body(i, ...)`, one per kernel body.")
-        head = ["from numba import njit, prange", ""]
+        doc = ("CPU launchers: `name_range(lo, hi, ...)` runs body(i, ...) for i in [lo, hi); "
+               "`name(at, count, chunks, ...)`\nshares [0, count) out in `chunks` blocks, each "
+               "run by name_range at its address `at`\n(kernels/trampoline.py). Their own names "
+               "start with _ (no body's parameter does).")
+        head = ["from numba import njit, prange", "",
+                "from nwhisper.kernels.trampoline import NoAlias, call_at, nonneg"]
     elif target == "cuda":
         doc = ("CUDA launchers: `i = cuda.grid(1); if i < count: body(i, ...)`, one per kernel "
                "body.\nImported only by the CUDA backend; `cuda` is a module global so that the "
@@ -169,15 +172,16 @@ def source(target):
         lines += ["", ""]
         if target == "cpu":
             lines += [f"_{name} = njit({CPU_BODY_JIT})({name}_body)", "", "",
-                      f"@njit(parallel=True, {CPU_JIT})",
-                      f"def {name}(count, {args}):",
-                      "    for i in prange(count):",
-                      f"        _{name}(i, {args})",
+                      f"@njit(pipeline_class=NoAlias, {CPU_JIT})",
+                      f"def {name}_range(_lo, _hi, {args}):",
+                      "    _lo = nonneg(_lo)",
+                      "    for _j in range(_hi - _lo):",
+                      f"        _{name}(_lo + _j, {args})",
                       "", "",
-                      f"@njit({CPU_JIT})",
-                      f"def {name}_serial(count, {args}):",
-                      "    for i in range(count):",
-                      f"        _{name}(i, {args})"]
+                      f"@njit(parallel=True, {CPU_JIT})",
+                      f"def {name}(_at, _count, _chunks, {args}):",
+                      "    for _c in prange(_chunks):",
+                      f"        call_at(_at, _c * _count // _chunks, (_c + 1) * _count // _chunks, ({args},))"]
         else:
             lines += [f"_{name} = cuda.jit({CUDA_DEVICE_JIT})(for_cuda({name}_body))", "", "",
                       f"@cuda.jit({CUDA_KERNEL_JIT})",

@@ -24,7 +24,7 @@ def test_a_functions_files_are_copied_once_and_again_when_the_package_ships_newe
     _write(shipped, BASE + ".1.nbc", b"one")
     _write(shipped, BASE + ".2.nbc", b"two")
     _write(shipped, "_launch_cpu.layernorm_row-400.py311.nbi", b"another function")
-    _write(shipped, "_launch_cpu.layernorm_row_serial-46.py311.nbi", b"another function")
+    _write(shipped, "_launch_cpu.layernorm_row_range-46.py311.nbi", b"another function")
     assert kernel_cache.seed(shipped, cache, BASE)
     assert sorted(os.listdir(cache)) == [BASE + ".1.nbc", BASE + ".2.nbc", BASE + ".nbi"]
     assert (cache / (BASE + ".2.nbc")).read_bytes() == b"two"
@@ -174,7 +174,7 @@ assert len(first) == 3
 kernel_cache.first_functions = lambda: first
 from nwhisper.kernels import _launch_cpu as launchers
 x = np.ones(4, np.float32)
-launchers.gelu_elem_serial(4, x, x)        # a miss: the helper starts, sent both ahead
+launchers.gelu_elem_range(0, 4, x, x)      # a miss: the helper starts, sent both ahead
 t = time.time()
 while not all(glob.glob(os.path.join(sys.argv[1], "**", name), recursive=True)
               for name in ("_launch_cpu.gelu_elem-*.nbi", "widen._widen_flat-*.nbi", "blas._block-*.nbi")):

@@ -596,8 +596,8 @@ def test_linear_tiles(rng, kind, n, n_in, n_out):
             start = rand(rng, n, n_out)
             got, body, serial = start.copy(), start.copy(), start.copy()
             linear_tiles.linear(x, w, s_arg, b_arg, got, int(acc))
-            be._launcher(linear_elem, "_serial")(n_out, x, w, none if scale is None else scale,
-                                                 none if b is None else b, body, n, n_in, acc)
+            be._launcher(linear_elem, "_range")(0, n_out, x, w, none if scale is None else scale,
+                                                none if b is None else b, body, n, n_in, acc)
             assert_as_linear_elem(got, body)
             linear_tiles.linear_serial(x, w, s_arg, b_arg, serial, int(acc))
             assert np.array_equal(serial, got)
@@ -1124,7 +1124,7 @@ def test_nothing_under_the_package_is_written_at_run_time(tmp_path):
 def test_cpu_bodies_compute_in_float32():
     """No float64 arithmetic crept into a body: a float64 literal or an int/float promotion would be
     slow on GPUs. Recompiles each body (uncached, so its LLVM is at hand) for every signature its
-    launcher ran with in this session, and reads the IR."""
+    range function ran with in this session, and reads the IR."""
     import numba
 
     from nwhisper.kernels import _launch_cpu
@@ -1135,8 +1135,8 @@ def test_cpu_bodies_compute_in_float32():
         if name in spectral.FLOAT64_BODIES + speaker_ops.FLOAT64_BODIES:
             continue
         fresh = numba.njit(body)
-        for sig in getattr(_launch_cpu, name).signatures:
-            fsig = (numba.int64,) + tuple(sig[1:])
+        for sig in getattr(_launch_cpu, name + "_range").signatures:   # every launch runs it
+            fsig = (numba.int64,) + tuple(sig[2:])
             fresh.compile(fsig)
             ops = [line for line in fresh.inspect_llvm(fsig).splitlines()
                    if "double" in line and any(op in line for op in ("fadd", "fmul", "fdiv", "fsub"))]

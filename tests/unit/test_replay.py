@@ -98,7 +98,7 @@ m = Whisper(ck, be, "float32")
 single = m.new_state(m.encode(np.zeros((2 * ck.dims.n_audio_ctx, ck.dims.n_mels), np.float32)))
 m.decode(single, np.array([1, 2], np.int32))
 m.decode_batch(m.new_batch(single, 3), np.array([3, 4, 5], np.int32))   # beam search's steps
-names = ("attend_row", "attend_row_serial", "kv_append_elem", "kv_append_elem_serial")
+names = ("attend_row", "attend_row_range", "kv_append_elem", "kv_append_elem_range")
 print({name: len(getattr(L, name).signatures) for name in names})
 """
     proc = subprocess.run([sys.executable, "-c", code], env=paths.env(PYTHONPATH=HERE), capture_output=True,
@@ -106,5 +106,5 @@ print({name: len(getattr(L, name).signatures) for name in names})
     assert proc.returncode == 0, proc.stderr[-2000:]
     counts = eval(proc.stdout.strip().splitlines()[-1])
     assert all(n <= 1 for n in counts.values()), counts
-    assert counts["attend_row"] + counts["attend_row_serial"] >= 1, counts   # they did run
-    assert counts["kv_append_elem"] + counts["kv_append_elem_serial"] >= 1, counts
+    assert counts["attend_row"] + counts["attend_row_range"] >= 1, counts   # they did run
+    assert counts["kv_append_elem"] + counts["kv_append_elem_range"] >= 1, counts
