@@ -4,8 +4,8 @@
 
 For each weight type the decoder keeps (int8 rows, float16 bits), each of the model's decoder
 shapes (the logits, fc1, fc2) and each row count (a window; a beam or a batch of windows), on
-random values: the 25th percentile of --repeat calls of each, both launched as the backend
-launches them (parallel), and whether the two outputs are the same bits. The logits stream from
+random values: the 25th percentile of --repeat calls of each, both shared out on the threads as
+the backend does (parallel), and whether the two outputs are the same bits. The logits stream from
 memory (20 MB of int8, 40 MB of float16 for tiny.en); fc1 and fc2 stay in cache.
 """
 
@@ -18,7 +18,9 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from nwhisper.kernels import _launch_cpu, linear_tiles  # noqa: E402
+from nwhisper.backend import get  # noqa: E402
+from nwhisper.kernels import linear_tiles  # noqa: E402
+from nwhisper.kernels.matmul import linear_elem  # noqa: E402
 
 WIDTHS = {"tiny.en": (384, 51864), "base.en": (512, 51864), "small.en": (768, 51864)}
 
@@ -42,7 +44,7 @@ def main():
     if not linear_tiles.available():
         sys.exit("linear_tiles does not run on this CPU (it needs AVX2, FMA and F16C)")
     d, vocab = WIDTHS[a.model]
-    rng = np.random.default_rng(0)
+    rng, be = np.random.default_rng(0), get("cpu")
     print(f"{a.model} decoder products, ms (25th percentile of {a.repeat}); load average "
           f"{os.getloadavg()[0]:.2f}")
     print(f"{'weights':8s} {'shape':>12s} {'rows':>4s} {'linear_elem':>12s} {'linear_tiles':>13s} "
@@ -60,9 +62,12 @@ def main():
             for n in (int(r) for r in a.rows.split(",")):
                 x = rng.standard_normal((n, n_in)).astype(np.float32)
                 body, tiles = np.empty((n, n_out), np.float32), np.empty((n, n_out), np.float32)
-                t_body = timed(lambda: _launch_cpu.linear_elem(n_out, x, w, scale if kind == "int8" else none,
-                                                               none, body, n, n_in, False), a.repeat)
-                t_tiles = timed(lambda: linear_tiles.linear(x, w, scale, bias, tiles, 0), a.repeat)
+                t_body = timed(lambda: be.share(be._launcher(linear_elem, "_range"), be._launcher(linear_elem),
+                                                n_out, x, w, scale if kind == "int8" else none, none, body,
+                                                n, n_in, False), a.repeat)
+                t_tiles = timed(lambda: be.share(linear_tiles.linear_range, linear_tiles.linear,
+                                                 linear_tiles.items(n_out), x, w, scale, bias, tiles, 0),
+                                a.repeat)
                 print(f"{kind:8s} {f'{n_out}x{n_in}':>12s} {n:4d} {t_body:12.3f} {t_tiles:13.3f} "
                       f"{t_tiles / t_body:6.2f}  {np.array_equal(body, tiles)}")
 

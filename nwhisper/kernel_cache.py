@@ -123,7 +123,7 @@ def _load_overload(self, sig, target_context):
     return cres
 
 
-APART = "NWHISPER_COMPILE_APART"   # "0": compile every launcher in the process that runs it
+APART = "NWHISPER_COMPILE_APART"   # "0": no helper; the process compiles all it needs itself
 LAUNCHERS = "nwhisper.kernels._launch_cpu"
 # The cached functions a first `nwhisper transcribe` loads, in order: module:name<TAB>repr(types)
 FIRST = os.path.join(PACKAGE, "kernels", "first_functions.txt")

@@ -162,18 +162,24 @@ class CpuBackend(Backend):
         why)."""
         if count <= 0:
             return
-        chunks = numba.get_num_threads()
-        ranged = self._launcher(kernel, "_range")
         try:
-            if chunks == 1 or self.serial(count if work is None else work):
-                self.host(ranged, 0, count, *args)
-            else:
-                self.host(self._launcher(kernel), _address(ranged, args), count, chunks, *args)
+            self.share(self._launcher(kernel, "_range"), self._launcher(kernel), count, *args,
+                       serial=self.serial(count if work is None else work))
         except Exception as e:
             if any(getattr(a, "dtype", None) == np.float16 for a in args):
                 raise TypeError(f"{kernel.__name__}: float16 arrays cannot reach CPU kernels; "
                                 "pass them through be.upload() or be.weight()") from e
             raise
+
+    def share(self, ranged, parallel, count, *args, serial=False):
+        """ranged(lo, hi, *args) over [0, count): in this thread where `serial` (or Numba has
+        one thread), else on one block of it per thread by `parallel` (its prange loop calls
+        `ranged` by address: kernels/trampoline.py)."""
+        chunks = numba.get_num_threads()
+        if serial or chunks == 1:
+            self.host(ranged, 0, count, *args)
+        else:
+            self.host(parallel, _address(ranged, args), count, chunks, *args)
 
     def serial(self, work):
         """Whether a launch of `work` scalar steps runs in this thread (below PARALLEL_WORK)."""

@@ -33,6 +33,7 @@ from numba import njit, prange, types
 from numba.extending import intrinsic
 
 from nwhisper.kernels import llvm_ir as L
+from nwhisper.kernels.trampoline import NoAlias, call_at, nonneg
 
 LANES = 8               # float32 lanes of an AVX2 vector
 PARTS = 4               # linear_elem's accumulators: column c sums into part (c // 8) % 4
@@ -207,26 +208,25 @@ def _item(item, x, w, scale, bias, out, acc):
         _outputs(x, w, scale, bias, out, acc, groups * GROUP, w.shape[0], False)
 
 
-@njit(inline="always")
 def items(n_out):
     """How many items a product of n_out outputs is shared out in."""
     return -(-(n_out // GROUP) // GROUPS) + (n_out % GROUP > 0)
 
 
+@njit(pipeline_class=NoAlias, cache=True)
+def linear_range(lo, hi, x, w, scale, bias, out, acc):
+    """Items [lo, hi) of out (+)= x @ w.T · scale + bias as linear_elem computes it (acc: 1 to
+    add to out, else 0); x (n, n_in) f32 with n_in a multiple of STEP, w (n_out, n_in) int8 or
+    uint16 (float16 bits), scale and bias (n_out,) f32 (ones and zeros where the layer has none),
+    out (n, n_out) f32; rows of x and out with unit column stride. All of a product is
+    [0, items(n_out)), in this thread or shared out by `linear` (be.share)."""
+    lo = nonneg(lo)
+    for j in range(hi - lo):
+        _item(lo + j, x, w, scale, bias, out, acc)
+
+
 @njit(parallel=True, cache=True)
-def linear(x, w, scale, bias, out, acc):
-    """out (+)= x @ w.T · scale + bias as linear_elem computes it (acc: 1 to add to out, else
-    0); x (n, n_in) f32 with n_in a multiple of STEP, w (n_out, n_in) int8 or uint16 (float16
-    bits), scale and bias (n_out,) f32 (ones and zeros where the layer has none), out (n, n_out)
-    f32; rows of x and out with unit column stride."""
-    for item in prange(items(w.shape[0])):
-        # the parallel loop's own compile types prange's index uint64: as int64, _item compiles
-        # once, not twice (~1 s of a first command)
-        _item(np.int64(item), x, w, scale, bias, out, acc)
-
-
-@njit(cache=True)
-def linear_serial(x, w, scale, bias, out, acc):
-    """linear in this thread (for a product too small to share out)."""
-    for item in range(items(w.shape[0])):
-        _item(item, x, w, scale, bias, out, acc)
+def linear(at, count, chunks, x, w, scale, bias, out, acc):
+    """linear_range at address `at` on each of `chunks` blocks of [0, count) (trampoline.py)."""
+    for c in prange(chunks):
+        call_at(at, c * count // chunks, (c + 1) * count // chunks, (x, w, scale, bias, out, acc))

@@ -224,9 +224,9 @@ def _rows(be, x, w, bias, out, accumulate):
             and q.dtype in (np.int8, np.uint16) and x.flags.c_contiguous and out.flags.c_contiguous):
         ones = be.constant(("matmul.ones", n_out), lambda: np.ones((n_out,), np.float32))
         zeros = be.constant(("matmul.zeros", n_out), lambda: np.zeros((n_out,), np.float32))
-        be.host(linear_tiles.linear_serial if be.serial(work) else linear_tiles.linear,
-                x, q, ones if scale is None else scale, zeros if bias is None else bias, out,
-                int(accumulate))
+        be.share(linear_tiles.linear_range, linear_tiles.linear, linear_tiles.items(n_out),
+                 x, q, ones if scale is None else scale, zeros if bias is None else bias, out,
+                 int(accumulate), serial=be.serial(work))
         return
     none = be.constant("matmul.none", lambda: be.empty((0,), np.float32))
     be.launch(linear_elem, n_out, x, q, none if scale is None else scale,

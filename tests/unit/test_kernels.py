@@ -571,6 +571,12 @@ needs_linear_tiles = pytest.mark.skipif(
     not linear_tiles.available(), reason="linear_tiles needs AVX2, FMA and F16C and Numba compiling for this CPU")
 
 
+def tiles(x, w, scale, bias, out, acc, serial=False):
+    """linear_tiles' product as matmul runs it: its items shared out on the threads, or serial."""
+    backend.get("cpu").share(linear_tiles.linear_range, linear_tiles.linear,
+                             linear_tiles.items(w.shape[0]), x, w, scale, bias, out, acc, serial=serial)
+
+
 @needs_linear_tiles
 @pytest.mark.parametrize("kind", ["int8", "float16"])
 @pytest.mark.parametrize("n,n_in,n_out", [(1, 384, 1537), (2, 32, 7), (3, 96, 13), (5, 384, 384),
@@ -595,21 +601,21 @@ def test_linear_tiles(rng, kind, n, n_in, n_out):
         for acc in (False, True):
             start = rand(rng, n, n_out)
             got, body, serial = start.copy(), start.copy(), start.copy()
-            linear_tiles.linear(x, w, s_arg, b_arg, got, int(acc))
+            tiles(x, w, s_arg, b_arg, got, int(acc))
             be._launcher(linear_elem, "_range")(0, n_out, x, w, none if scale is None else scale,
                                                 none if b is None else b, body, n, n_in, acc)
             assert_as_linear_elem(got, body)
-            linear_tiles.linear_serial(x, w, s_arg, b_arg, serial, int(acc))
+            tiles(x, w, s_arg, b_arg, serial, int(acc), serial=True)
             assert np.array_equal(serial, got)
     full = np.empty((n, n_out), np.float32)
-    linear_tiles.linear(x, w, s_arg, bias, full, 0)
+    tiles(x, w, s_arg, bias, full, 0)
     for m in range(1, n + 1):
         part = np.empty((m, n_out), np.float32)
-        linear_tiles.linear(x[:m], w, s_arg, bias, part, 0)
+        tiles(x[:m], w, s_arg, bias, part, 0)
         assert np.array_equal(part, full[:m])
     for r in range(n):
         alone = np.empty((1, n_out), np.float32)
-        linear_tiles.linear(x[r:r + 1], w, s_arg, bias, alone, 0)
+        tiles(x[r:r + 1], w, s_arg, bias, alone, 0)
         assert np.array_equal(alone[0], full[r])
 
 
@@ -619,8 +625,9 @@ def test_decoder_products_run_on_linear_tiles(rng, monkeypatch):
     bias (or zeros); linear_elem otherwise (a width of 40, an output that is a column slice)."""
     be = backend.get("cpu")
     calls = []
-    for fn in ("linear", "linear_serial"):
-        monkeypatch.setattr(linear_tiles, fn, lambda *a, f=getattr(linear_tiles, fn): calls.append(a) or f(*a))
+    share = be.share
+    monkeypatch.setattr(be, "share", lambda ranged, parallel, count, *a, **kw: (
+        calls.append(a) if ranged is linear_tiles.linear_range else None) or share(ranged, parallel, count, *a, **kw))
     int8 = be.weight_int8(rand(rng, 100, 96), quantized_rows=False)
     half = be.weight(rand(rng, 100, 96).astype(np.float16), gemv=True)
     for w in (int8, half):
