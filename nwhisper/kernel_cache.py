@@ -18,7 +18,8 @@ its own from the first. Whoever begins a function claims it (a file in a folder 
 and the other does not compile it too: the process waits for the helper's copy to reach the
 cache and loads it (where the two met over one big function, both spent its 1.4 s). The
 process's exit stops the helper wherever it is: what it still compiles then, this process did
-not need. Where the cache cannot be written, everything compiles here, as before.
+not need. A function the helper claimed but could not put in the cache is compiled here once the
+helper has given it up or left.
 
 Imported by nwhisper/__init__.py before any module defines a cached function (Numba picks a
 function's cache folder when the function is defined).
