@@ -62,11 +62,11 @@ def main():
             for n in (int(r) for r in a.rows.split(",")):
                 x = rng.standard_normal((n, n_in)).astype(np.float32)
                 body, tiles = np.empty((n, n_out), np.float32), np.empty((n, n_out), np.float32)
-                t_body = timed(lambda: be.share(be._launcher(linear_elem, "_range"), be._launcher(linear_elem),
-                                                n_out, x, w, scale if kind == "int8" else none, none, body,
+                t_body = timed(lambda: be.share(be._launcher(linear_elem, "_range"), n_out,
+                                                x, w, scale if kind == "int8" else none, none, body,
                                                 n, n_in, False), a.repeat)
-                t_tiles = timed(lambda: be.share(linear_tiles.linear_range, linear_tiles.linear,
-                                                 linear_tiles.items(n_out), x, w, scale, bias, tiles, 0),
+                t_tiles = timed(lambda: be.share(linear_tiles.linear_range, linear_tiles.items(n_out),
+                                                 x, w, scale, bias, tiles, 0),
                                 a.repeat)
                 print(f"{kind:8s} {f'{n_out}x{n_in}':>12s} {n:4d} {t_body:12.3f} {t_tiles:13.3f} "
                       f"{t_tiles / t_body:6.2f}  {np.array_equal(body, tiles)}")

@@ -12,9 +12,9 @@ Wherever it is cached, a kernel loads without Numba first readying everything a 
 With an empty cache a first transcription compiles for seconds, one function after another. At a
 process's first miss a helper process (ApartCompiler) is sent the functions a first transcription
 loads (FIRST, in the order it loads them: `python -m nwhisper.kernels` records them) and compiles
-them ahead into the cache on the other core: the parallel launchers first (each a short compile
-that the process needs early), then the rest from the last back, towards the process compiling
-its own from the first. Whoever begins a function claims it (a file in a folder the two share),
+them ahead into the cache on the other core: the parallel loop that every launch shares and
+its launches first (short compiles that the process needs early: kernels/trampoline.py), then
+the rest from the last back, towards the process compiling its own from the first. Whoever begins a function claims it (a file in a folder the two share),
 and the other does not compile it too: the process waits for the helper's copy to reach the
 cache and loads it (where the two met over one big function, both spent its 1.4 s). The
 process's exit stops the helper wherever it is: what it still compiles then, this process did
@@ -125,7 +125,7 @@ def _load_overload(self, sig, target_context):
 
 
 APART = "NWHISPER_COMPILE_APART"   # "0": no helper; the process compiles all it needs itself
-LAUNCHERS = "nwhisper.kernels._launch_cpu"
+TRAMPOLINE = "nwhisper.kernels.trampoline:"
 # The cached functions a first `nwhisper transcribe` loads, in order: module:name<TAB>repr(types)
 FIRST = os.path.join(PACKAGE, "kernels", "first_functions.txt")
 _asked = None    # while recording(): the (module:name, repr(types)) of each function loaded
@@ -216,10 +216,10 @@ class ApartCompiler:
         self.proc = subprocess.Popen([sys.executable, "-c", _HELPER, os.path.dirname(PACKAGE),
                                       self.claims], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL)
         first = first_functions()
-        parallel = [f for f in first if f[0].startswith(LAUNCHERS + ":") and not f[0].endswith("_range")]
-        rest = [f for f in first if f not in parallel]
+        quick = [f for f in first if f[0].startswith(TRAMPOLINE)]
+        rest = [f for f in first if f not in quick]
         try:
-            pickle.dump(parallel + rest[::-1], self.proc.stdin)
+            pickle.dump(quick + rest[::-1], self.proc.stdin)
             self.proc.stdin.close()
         except OSError:
             pass        # it has gone already: this process compiles what it needs

@@ -11,41 +11,13 @@ import os
 import numba
 import numpy as np
 
-from nwhisper.kernels import blas, gemm_bf16, gemm_int8
+from nwhisper.kernels import blas, gemm_bf16, gemm_int8, trampoline
 from nwhisper.kernels.matmul import HalfRows, Int8Weight, quantize_int8
 from nwhisper.kernels.widen import to_float32
 from nwhisper.backend.base import Backend
 
 
-_ENTRIES = {}   # CpuBackend._entry's choices, by (dispatcher, its arguments' _signature)
-_ADDRESSES = {}  # _address's answers, likewise
-
-
-def _signature(fn, a):
-    """What Numba types argument `a` by, cheaply: an array's type, dtype, dimensions, layout
-    and flags (numba's typeof reads no more of it), a scalar's Python type; anything else as
-    Numba types it."""
-    if isinstance(a, np.ndarray):
-        f = a.flags
-        return type(a), a.dtype, a.ndim, f.c_contiguous, f.f_contiguous, f.writeable, f.aligned
-    if isinstance(a, (bool, np.generic)) or (isinstance(a, (int, float)) and abs(a) < 2 ** 62):
-        return type(a)
-    return fn.typeof_pyval(a)
-
-
-def _address(ranged, args):
-    """The address of range function `ranged`'s code for (lo, hi, *args): its C wrapper, which
-    a parallel launcher calls on each thread's block (kernels/trampoline.py); compiled (or loaded
-    from the cache) for these argument types first if need be."""
-    key = (ranged, tuple(_signature(ranged, a) for a in args))
-    at = _ADDRESSES.get(key)
-    if at is None:
-        sig = (numba.types.int64, numba.types.int64) + tuple(ranged.typeof_pyval(a) for a in args)
-        if sig not in ranged.overloads:
-            ranged.compile(sig)
-        cres = ranged.overloads[sig]
-        at = _ADDRESSES[key] = cres.library.get_pointer_to_function(cres.fndesc.llvm_cfunc_wrapper_name)
-    return at
+_ENTRIES = {}   # CpuBackend._entry's choices, by (dispatcher, its arguments' typing keys)
 
 
 class CpuBackend(Backend):
@@ -163,7 +135,7 @@ class CpuBackend(Backend):
         if count <= 0:
             return
         try:
-            self.share(self._launcher(kernel, "_range"), self._launcher(kernel), count, *args,
+            self.share(self._launcher(kernel, "_range"), count, *args,
                        serial=self.serial(count if work is None else work))
         except Exception as e:
             if any(getattr(a, "dtype", None) == np.float16 for a in args):
@@ -171,15 +143,15 @@ class CpuBackend(Backend):
                                 "pass them through be.upload() or be.weight()") from e
             raise
 
-    def share(self, ranged, parallel, count, *args, serial=False):
+    def share(self, ranged, count, *args, serial=False):
         """ranged(lo, hi, *args) over [0, count): in this thread where `serial` (or Numba has
-        one thread), else on one block of it per thread by `parallel` (its prange loop calls
-        `ranged` by address: kernels/trampoline.py)."""
+        one thread), else on one block of it per thread (kernels/trampoline.py)."""
         chunks = numba.get_num_threads()
         if serial or chunks == 1:
             self.host(ranged, 0, count, *args)
         else:
-            self.host(parallel, _address(ranged, args), count, chunks, *args)
+            self.host(trampoline.launch, trampoline.spread_address(),
+                      trampoline.address(ranged, args), count, chunks, args)
 
     def serial(self, work):
         """Whether a launch of `work` scalar steps runs in this thread (below PARALLEL_WORK)."""
@@ -208,12 +180,12 @@ class CpuBackend(Backend):
         chose for these arguments, called directly -- a replay's arguments never change type,
         so typing them and finding the overload again on every call would be wasted. `fn` itself
         where it is not a dispatcher (NumPy, blas.gemm) or chose by converting the arguments
-        (no overload of their exact types). Remembered by the arguments' _signature: Numba's
+        (no overload of their exact types). Remembered by the arguments' typing keys: Numba's
         typing of a step's ~80 calls cost 3 ms, at every window's recording."""
         overloads = getattr(fn, "overloads", None)
         if overloads is None:
             return fn
-        key = (fn, tuple(_signature(fn, a) for a in args))
+        key = (fn, tuple(trampoline.typing_key(fn, a) for a in args))
         entry = _ENTRIES.get(key)
         if entry is None:
             compiled = overloads.get(tuple(fn.typeof_pyval(a) for a in args))

@@ -2,16 +2,16 @@
 
 A *body* is a plain module-level Python function that does ONE work item, given its index and its
 arrays (``def layernorm_row(i, x, w, b, out, n, eps)``). ``@kernel`` registers it; nothing else is
-written per kernel. Each body gets two thin launchers:
+written per kernel. Each body gets a thin launcher:
 
     CPU   numba.njit(inline='always') body, inlined into
           @njit(cache=True) def name_range(lo, hi, *args): for i in [lo, hi): body(i, *args),
           which a launch too small to share out calls for [0, count) (a parallel region costs a
           few µs when quiet, ~50 where the workers sleep between launches: backend.CpuBackend,
           and milliseconds when another process holds a core: its workers wait at the barrier
-          for a descheduled thread), and the parallel launcher calls on one block of [0, count)
-          per thread, through its address (trampoline.py):
-          @njit(parallel=True, cache=True) def name(at, count, chunks, *args)
+          for a descheduled thread), and every other launch runs on one block of [0, count) per
+          thread, through its address, from the one parallel loop all launches share
+          (trampoline.py)
     CUDA  cuda.jit(device=True) body, called from
           @cuda.jit(cache=True) def name(count, *args): i = cuda.grid(1); if i < count: body(i, *args)
 
@@ -58,9 +58,9 @@ CPU_JIT = "cache=True, error_model='numpy', fastmath={'arcp', 'contract', 'nsz',
 # attend_row, Silero's cells: the first run after an install then transcribed a long int8
 # recording differently from every later run); and a big body (linear_elem, vectorised) costs
 # a call per work item, every array passed field by field.
-# The parallel launcher does no arithmetic of its own: it calls the range function's compiled
-# code by address, so a launch's floats are the same on one thread or many, and wherever the
-# code was compiled (a prange loop holding the body would be a gufunc that Numba optimises in a
+# The parallel loop does no arithmetic of its own: it calls the range function's compiled code
+# by address, so a launch's floats are the same on one thread or many, and wherever the code
+# was compiled (a prange loop holding the body would be a gufunc that Numba optimises in a
 # library of its own and again linked into the launcher: a process that compiled it and one
 # that loaded it from the cache rounded exp_row by up to 3e-5 apart).
 # A body writes a float's maximum or minimum as a conditional expression (`zero if v < zero else
@@ -147,12 +147,11 @@ def source(target):
     """Text of the generated launcher module for `target` ('cpu' or 'cuda')."""
     found = bodies()
     if target == "cpu":
-        doc = ("CPU launchers: `name_range(lo, hi, ...)` runs body(i, ...) for i in [lo, hi); "
-               "`name(at, count, chunks, ...)`\nshares [0, count) out in `chunks` blocks, each "
-               "run by name_range at its address `at`\n(kernels/trampoline.py). Their own names "
-               "start with _ (no body's parameter does).")
-        head = ["from numba import njit, prange", "",
-                "from nwhisper.kernels.trampoline import NoAlias, call_at, nonneg"]
+        doc = ("CPU launchers: `name_range(lo, hi, ...)` runs body(i, ...) for i in [lo, hi), "
+               "on one thread or on\neach thread's block of a launch (kernels/trampoline.py). "
+               "Their own names start with _ (no body's\nparameter does).")
+        head = ["from numba import njit", "",
+                "from nwhisper.kernels.trampoline import NoAlias, nonneg"]
     elif target == "cuda":
         doc = ("CUDA launchers: `i = cuda.grid(1); if i < count: body(i, ...)`, one per kernel "
                "body.\nImported only by the CUDA backend; `cuda` is a module global so that the "
@@ -176,12 +175,7 @@ def source(target):
                       f"def {name}_range(_lo, _hi, {args}):",
                       "    _lo = nonneg(_lo)",
                       "    for _j in range(_hi - _lo):",
-                      f"        _{name}(_lo + _j, {args})",
-                      "", "",
-                      f"@njit(parallel=True, {CPU_JIT})",
-                      f"def {name}(_at, _count, _chunks, {args}):",
-                      "    for _c in prange(_chunks):",
-                      f"        call_at(_at, _c * _count // _chunks, (_c + 1) * _count // _chunks, ({args},))"]
+                      f"        _{name}(_lo + _j, {args})"]
         else:
             lines += [f"_{name} = cuda.jit({CUDA_DEVICE_JIT})(for_cuda({name}_body))", "", "",
                       f"@cuda.jit({CUDA_KERNEL_JIT})",

@@ -15,7 +15,7 @@ cache (its transposed scores: BLOCK × 1500 floats, 288 KB):
 
 The queries, keys and values are read where they are (rows of any stride: the encoder's q, k and
 v products, or views of one stacked product): nothing is packed. The three steps are LLVM IR in
-one Numba intrinsic per item (Numba has no vector types), so the parallel loop around it is a
+one Numba intrinsic per item (Numba has no vector types), so the loop over items around it is a
 single call and compiles in a fraction of a second; every sum runs in an order fixed by the
 code, so the result is the same in every build and however the items are shared out.
 
@@ -27,10 +27,10 @@ import functools
 
 import numpy as np
 from llvmlite import ir
-from numba import config, get_thread_id, njit, prange, types
+from numba import config, get_thread_id, njit, types
 from numba.extending import intrinsic
 
-from nwhisper.kernels import llvm_ir as L
+from nwhisper.kernels import llvm_ir as L, trampoline
 
 HD = 64         # the head width every Whisper model has
 BLOCK = 48      # queries per parallel item: three 16-lane vectors
@@ -176,15 +176,15 @@ def _block(typingctx, q_addr, ldq, k_addr, ldk, v_addr, ldv, nk, rows, s_addr, q
     return sig, codegen
 
 
-@njit(parallel=True, cache=True)
-def _attend(q, k, v, out, n_head, scratch, queries_t):
-    """Every (head, BLOCK queries) pair is one parallel item; scratch (threads, BLOCK · nk) and
-    queries_t (threads, HD · BLOCK): each thread's own."""
+@njit(cache=True)
+def _attend_range(lo, hi, q, k, v, out, n_head, scratch, queries_t):
+    """Items [lo, hi), every (head, BLOCK queries) pair an item; scratch (threads, BLOCK · nk)
+    and queries_t (threads, HD · BLOCK): each thread's own."""
     nq, nk = q.shape[0], k.shape[0]
     blocks = (nq + BLOCK - 1) // BLOCK
-    for item in prange(n_head * blocks):
+    me = get_thread_id()
+    for item in range(lo, hi):
         h, m0 = np.int64(item) // blocks, (np.int64(item) % blocks) * BLOCK
-        me = get_thread_id()
         _block(q[m0, h * HD:].ctypes.data, q.strides[0] // 4, k[0, h * HD:].ctypes.data,
                k.strides[0] // 4, v[0, h * HD:].ctypes.data, v.strides[0] // 4, nk,
                min(BLOCK, nq - m0), scratch[me].ctypes.data, queries_t[me].ctypes.data,
@@ -201,4 +201,5 @@ def attention(be, q, k, v, out, n_head):
     threads = config.NUMBA_NUM_THREADS      # every id get_thread_id() can give, whatever the mask
     scratch = be.scratch("fused.scores", (threads, BLOCK * nk))
     queries_t = be.scratch("fused.queries", (threads, HD * BLOCK))
-    _attend(q, k, v, out, n_head, scratch, queries_t)
+    blocks = (nq + BLOCK - 1) // BLOCK
+    trampoline.share(_attend_range, n_head * blocks, q, k, v, out, n_head, scratch, queries_t)

@@ -26,7 +26,9 @@ import os
 
 import llvmlite.binding as llvm
 import numpy as np
-from numba import config, njit, prange, types
+from numba import config, njit, types
+
+from nwhisper.kernels import trampoline
 
 _ROW_MAJOR, _NO_TRANS, _TRANS = 101, 111, 112
 _SYMBOL = "nwhisper_cblas_sgemm"
@@ -74,61 +76,57 @@ def available():
     if not register_symbol():
         return False
     _openblas()[1](1)       # set_num_threads
-    # One compilation each, for arrays of any layout ('A'; loaded from the cache after the first
+    # One compilation, for arrays of any layout ('A'; loaded from the cache after the first
     # run): typed by each call instead, every layout of a, b and c (C-contiguous, or column
     # views) was a compilation of its own -- 18 on a first transcription, ~1.5 s each. What is
     # only read is typed read-only, which writable arrays convert to (a memory-mapped
     # checkpoint's weights and biases are read-only).
-    ro1, ro2 = (types.Array(_f32, n, "A", readonly=True) for n in (1, 2))
-    args = (ro2, ro2, types.Array(_f32, 2, "A"), types.boolean, _f32, _f32, ro1)
-    for fn, sig in ((_block, (_i64, _i64) + args), (_gemm_parallel, (_i64,) + args)):
-        fn.compile(sig)
-        fn.disable_compile()
+    _blocks.compile((_i64, _i64) + _ARGS)
+    _blocks.disable_compile()
     return True
 
 
 _i32, _i64, _f32, _ptr = types.int32, types.int64, types.float32, types.voidptr
+_RO1, _RO2 = (types.Array(_f32, n, "A", readonly=True) for n in (1, 2))
+# _blocks' arguments after (lo, hi): parts, a, b, c, trans_b, alpha, beta, bias
+_ARGS = (_i64, _RO2, _RO2, types.Array(_f32, 2, "A"), types.boolean, _f32, _f32, _RO1)
 # cblas_sgemm(order, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 _sgemm = types.ExternalFunction(_SYMBOL, types.void(
     _i32, _i32, _i32, _i64, _i64, _i64, _f32, _ptr, _i64, _ptr, _i64, _f32, _ptr, _i64))
 
 
 @njit(cache=True)
-def _block(t, parts, a, b, c, trans_b, alpha, beta, bias):
-    """Columns [t·n/parts, (t+1)·n/parts) of c = alpha · a @ op(b) + beta · c (+ bias),
-    op(b) = b.T (b (n, k)) or b (b (k, n)); a (m, k), c (m, n): rows of unit stride, any row
-    stride."""
+def _blocks(lo, hi, parts, a, b, c, trans_b, alpha, beta, bias):
+    """Blocks [lo, hi) of `parts`, block t being columns [t·n/parts, (t+1)·n/parts) of
+    c = alpha · a @ op(b) + beta · c (+ bias), op(b) = b.T (b (n, k)) or b (b (k, n)); a (m, k),
+    c (m, n): rows of unit stride, any row stride."""
     m, k = a.shape
     n = c.shape[1]
-    n0 = t * n // parts
-    n1 = (t + 1) * n // parts
-    if n1 == n0:
-        return
-    if bias.size:              # c's block starts as the bias (then the product adds to it)
-        for r in range(m):
-            row = c[r]
-            if beta == 0:      # not 0 · c: c may hold anything, NaN included
-                # a loop, not row[n0:n1] = bias[n0:n1]: a slice assignment compiles NumPy's
-                # broadcasting and its error messages (~3 s of a first-ever command)
-                for j in range(n0, n1):
-                    row[j] = bias[j]
-            else:
-                for j in range(n0, n1):
-                    row[j] += bias[j]
-        beta = np.float32(1.0)
-    if trans_b:
-        b_block = b[n0:].ctypes.data
-    else:
-        b_block = b[0, n0:].ctypes.data
-    _sgemm(_ROW_MAJOR, _NO_TRANS, _TRANS if trans_b else _NO_TRANS, m, n1 - n0, k, alpha,
-           a.ctypes.data, a.strides[0] // 4, b_block, b.strides[0] // 4, beta,
-           c[0, n0:].ctypes.data, c.strides[0] // 4)
-
-
-@njit(parallel=True, cache=True)
-def _gemm_parallel(parts, a, b, c, trans_b, alpha, beta, bias):
-    for t in prange(parts):
-        _block(t, parts, a, b, c, trans_b, alpha, beta, bias)
+    for t in range(lo, hi):
+        n0 = t * n // parts
+        n1 = (t + 1) * n // parts
+        if n1 == n0:
+            continue
+        gain = beta
+        if bias.size:              # c's block starts as the bias (then the product adds to it)
+            for r in range(m):
+                row = c[r]
+                if beta == 0:      # not 0 · c: c may hold anything, NaN included
+                    # a loop, not row[n0:n1] = bias[n0:n1]: a slice assignment compiles NumPy's
+                    # broadcasting and its error messages (~3 s of a first-ever command)
+                    for j in range(n0, n1):
+                        row[j] = bias[j]
+                else:
+                    for j in range(n0, n1):
+                        row[j] += bias[j]
+            gain = np.float32(1.0)
+        if trans_b:
+            b_block = b[n0:].ctypes.data
+        else:
+            b_block = b[0, n0:].ctypes.data
+        _sgemm(_ROW_MAJOR, _NO_TRANS, _TRANS if trans_b else _NO_TRANS, m, n1 - n0, k, alpha,
+               a.ctypes.data, a.strides[0] // 4, b_block, b.strides[0] // 4, gain,
+               c[0, n0:].ctypes.data, c.strides[0] // 4)
 
 
 # Below this many multiply-adds a product runs in the calling thread: sharing it out would cost
@@ -172,6 +170,6 @@ def gemm(a, b, c, trans_b=True, alpha=1.0, accumulate=False, bias=None):
     # numba.set_num_threads (a batch worker's share of the cores) would change the numbers.
     parts = min(config.NUMBA_NUM_THREADS, n) if m * n * k >= PARALLEL_MACS else 1
     if parts > 1:
-        _gemm_parallel(parts, a, b, c, trans_b, np.float32(alpha), beta, bias)
+        trampoline.share_as(_blocks, _ARGS, parts, (parts, a, b, c, trans_b, np.float32(alpha), beta, bias))
     else:
-        _block(0, 1, a, b, c, trans_b, np.float32(alpha), beta, bias)
+        _blocks(0, 1, 1, a, b, c, trans_b, np.float32(alpha), beta, bias)

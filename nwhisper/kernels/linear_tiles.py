@@ -29,11 +29,11 @@ shape (bench/RESULTS.md has the figures).
 import functools
 
 import numpy as np
-from numba import njit, prange, types
+from numba import njit, types
 from numba.extending import intrinsic
 
 from nwhisper.kernels import llvm_ir as L
-from nwhisper.kernels.trampoline import NoAlias, call_at, nonneg
+from nwhisper.kernels.trampoline import NoAlias, nonneg
 
 LANES = 8               # float32 lanes of an AVX2 vector
 PARTS = 4               # linear_elem's accumulators: column c sums into part (c // 8) % 4
@@ -219,14 +219,7 @@ def linear_range(lo, hi, x, w, scale, bias, out, acc):
     add to out, else 0); x (n, n_in) f32 with n_in a multiple of STEP, w (n_out, n_in) int8 or
     uint16 (float16 bits), scale and bias (n_out,) f32 (ones and zeros where the layer has none),
     out (n, n_out) f32; rows of x and out with unit column stride. All of a product is
-    [0, items(n_out)), in this thread or shared out by `linear` (be.share)."""
+    [0, items(n_out)), in this thread or shared out on the threads (be.share)."""
     lo = nonneg(lo)
     for j in range(hi - lo):
         _item(lo + j, x, w, scale, bias, out, acc)
-
-
-@njit(parallel=True, cache=True)
-def linear(at, count, chunks, x, w, scale, bias, out, acc):
-    """linear_range at address `at` on each of `chunks` blocks of [0, count) (trampoline.py)."""
-    for c in prange(chunks):
-        call_at(at, c * count // chunks, (c + 1) * count // chunks, (x, w, scale, bias, out, acc))

@@ -224,7 +224,7 @@ def _rows(be, x, w, bias, out, accumulate):
             and q.dtype in (np.int8, np.uint16) and x.flags.c_contiguous and out.flags.c_contiguous):
         ones = be.constant(("matmul.ones", n_out), lambda: np.ones((n_out,), np.float32))
         zeros = be.constant(("matmul.zeros", n_out), lambda: np.zeros((n_out,), np.float32))
-        be.share(linear_tiles.linear_range, linear_tiles.linear, linear_tiles.items(n_out),
+        be.share(linear_tiles.linear_range, linear_tiles.items(n_out),
                  x, q, ones if scale is None else scale, zeros if bias is None else bias, out,
                  int(accumulate), serial=be.serial(work))
         return

@@ -14,8 +14,10 @@ element type (float32, float16 on CUDA, int8) is plain conversion. A kernel body
 """
 
 import numpy as np
-from numba import njit, prange, types
+from numba import njit, types
 from numba.extending import intrinsic, overload
+
+from nwhisper.kernels import trampoline
 
 
 def widen(w):
@@ -52,13 +54,17 @@ CUDA_FORMS = {"widen": np.float32}
 _BLOCK = 1 << 16
 
 
-@njit(parallel=True, cache=True)
-def _widen_flat(bits, out):
-    """out[i] = the float16 whose bits are bits[i], as float32; flat, a block at a time."""
+# _widen_range's arguments after (lo, hi), one compilation for every argument's flags
+# (read-only and unaligned accept the rest)
+_ARGS = (types.Array(types.uint16, 1, "C", readonly=True, aligned=False), types.Array(types.float32, 1, "C"))
+
+
+@njit(cache=True)
+def _widen_range(lo, hi, bits, out):
+    """out[i] = the float16 whose bits are bits[i], as float32, over blocks [lo, hi)."""
     n = bits.size
-    for b in prange((n + _BLOCK - 1) // _BLOCK):
-        for i in range(b * _BLOCK, min(n, (b + 1) * _BLOCK)):
-            out[i] = _half_bits(bits[i])
+    for i in range(lo * _BLOCK, min(n, hi * _BLOCK)):
+        out[i] = _half_bits(bits[i])
 
 
 def to_float32(a, out=None):
@@ -67,10 +73,6 @@ def to_float32(a, out=None):
     (a large float32 encoder's 600 M weights are this, and NumPy's cast runs on one), into `out`
     (C-contiguous, a.size) where given, else a new array."""
     out = np.empty(a.shape, np.float32) if out is None else out
-    if not _widen_flat.signatures:
-        # one compilation for every argument's flags (read-only and unaligned accept the rest)
-        _widen_flat.compile((types.Array(types.uint16, 1, "C", readonly=True, aligned=False),
-                             types.Array(types.float32, 1, "C")))
-        _widen_flat.disable_compile()
-    _widen_flat(np.ascontiguousarray(a).reshape(-1).view(np.uint16), out.reshape(-1))
+    trampoline.share_as(_widen_range, _ARGS, -(-a.size // _BLOCK),
+                        (np.ascontiguousarray(a).reshape(-1).view(np.uint16), out.reshape(-1)))
     return out

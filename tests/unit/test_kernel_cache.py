@@ -168,8 +168,8 @@ import glob, os, sys, time
 import numpy as np
 from nwhisper import kernel_cache
 first = [line for line in kernel_cache.first_functions()
-         if line[0] in ("nwhisper.kernels._launch_cpu:gelu_elem", "nwhisper.kernels.widen:_widen_flat",
-                        "nwhisper.kernels.blas:_block")]
+         if line[0] in ("nwhisper.kernels.trampoline:spread", "nwhisper.kernels.widen:_widen_range",
+                        "nwhisper.kernels.blas:_blocks")]
 assert len(first) == 3
 kernel_cache.first_functions = lambda: first
 from nwhisper.kernels import _launch_cpu as launchers
@@ -177,17 +177,17 @@ x = np.ones(4, np.float32)
 launchers.gelu_elem_range(0, 4, x, x)      # a miss: the helper starts, sent both ahead
 t = time.time()
 while not all(glob.glob(os.path.join(sys.argv[1], "**", name), recursive=True)
-              for name in ("_launch_cpu.gelu_elem-*.nbi", "widen._widen_flat-*.nbi", "blas._block-*.nbi")):
+              for name in ("trampoline.spread-*.nbi", "widen._widen_range-*.nbi", "blas._blocks-*.nbi")):
     assert time.time() - t < 120, "what was sent ahead never reached the cache"
     time.sleep(0.1)
-from nwhisper.kernels import widen
-assert not launchers.gelu_elem.overloads and not widen._widen_flat.overloads, "compiled here"
+from nwhisper.kernels import trampoline, widen
+assert not trampoline.spread.overloads and not widen._widen_range.overloads, "compiled here"
 """
 
 
 def test_an_empty_cache_has_the_helper_compile_first_ahead(tmp_path):
     """At a process's first cache miss (a serial launcher here) its helper is sent FIRST's
-    functions (a parallel launcher, a serial function and a BLAS loop here, whose call into
+    functions (the shared parallel loop, a serial function and a BLAS loop here, whose call into
     OpenBLAS the helper must register first: without it LLVM aborted the helper) and compiles
     them into the cache before anyone asks."""
     import subprocess

@@ -573,8 +573,8 @@ needs_linear_tiles = pytest.mark.skipif(
 
 def tiles(x, w, scale, bias, out, acc, serial=False):
     """linear_tiles' product as matmul runs it: its items shared out on the threads, or serial."""
-    backend.get("cpu").share(linear_tiles.linear_range, linear_tiles.linear,
-                             linear_tiles.items(w.shape[0]), x, w, scale, bias, out, acc, serial=serial)
+    backend.get("cpu").share(linear_tiles.linear_range, linear_tiles.items(w.shape[0]),
+                             x, w, scale, bias, out, acc, serial=serial)
 
 
 @needs_linear_tiles
@@ -626,8 +626,8 @@ def test_decoder_products_run_on_linear_tiles(rng, monkeypatch):
     be = backend.get("cpu")
     calls = []
     share = be.share
-    monkeypatch.setattr(be, "share", lambda ranged, parallel, count, *a, **kw: (
-        calls.append(a) if ranged is linear_tiles.linear_range else None) or share(ranged, parallel, count, *a, **kw))
+    monkeypatch.setattr(be, "share", lambda ranged, count, *a, **kw: (
+        calls.append(a) if ranged is linear_tiles.linear_range else None) or share(ranged, count, *a, **kw))
     int8 = be.weight_int8(rand(rng, 100, 96), quantized_rows=False)
     half = be.weight(rand(rng, 100, 96).astype(np.float16), gemv=True)
     for w in (int8, half):

@@ -82,7 +82,7 @@ def test_a_position_read_on_the_host_is_never_recorded():
 
 def test_prompt_and_steps_compile_the_self_attention_once():
     """A prompt's rows, a step's one row and a beam's row reach kv_append and attend_row as one
-    array type (C-contiguous), so each launcher compiles once: as column views of the stacked
+    array type (C-contiguous), so each range function compiles once: as column views of the stacked
     [q | k | v] product, several rows were strided and one row was not, and both kernels
     compiled twice (~1.5 s of a first-ever command). In a process of its own, where nothing
     else has called them."""
@@ -98,13 +98,11 @@ m = Whisper(ck, be, "float32")
 single = m.new_state(m.encode(np.zeros((2 * ck.dims.n_audio_ctx, ck.dims.n_mels), np.float32)))
 m.decode(single, np.array([1, 2], np.int32))
 m.decode_batch(m.new_batch(single, 3), np.array([3, 4, 5], np.int32))   # beam search's steps
-names = ("attend_row", "attend_row_range", "kv_append_elem", "kv_append_elem_range")
+names = ("attend_row_range", "kv_append_elem_range")
 print({name: len(getattr(L, name).signatures) for name in names})
 """
     proc = subprocess.run([sys.executable, "-c", code], env=paths.env(PYTHONPATH=HERE), capture_output=True,
                           text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     counts = eval(proc.stdout.strip().splitlines()[-1])
-    assert all(n <= 1 for n in counts.values()), counts
-    assert counts["attend_row"] + counts["attend_row_range"] >= 1, counts   # they did run
-    assert counts["kv_append_elem"] + counts["kv_append_elem_range"] >= 1, counts
+    assert all(n == 1 for n in counts.values()), counts     # they ran, each for one array type
