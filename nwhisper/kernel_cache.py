@@ -11,22 +11,25 @@ Wherever it is cached, a kernel loads without Numba first readying everything a 
 
 With an empty cache a first transcription compiles for seconds, one function after another. At a
 process's first miss a helper process (ApartCompiler) is sent the functions a first transcription
-loads (FIRST, in the order it loads them: `python -m nwhisper.kernels` records them) and compiles
-them ahead into the cache on the other core: the parallel loop that every launch shares and
-its launches first (short compiles that the process needs early: kernels/trampoline.py), then
-the rest from the last back, towards the process compiling its own from the first. Whoever begins a function claims it (a file in a folder the two share),
-and the other does not compile it too: the process waits for the helper's copy to reach the
-cache and loads it (where the two met over one big function, both spent its 1.4 s). The
-process's exit stops the helper wherever it is: what it still compiles then, this process did
-not need. A function the helper claimed but could not put in the cache is compiled here once the
-helper has given it up or left.
+loads (FIRST: `python -m nwhisper.kernels` records when a first transcription asked for each and
+how long each took to compile) and compiles them ahead into the cache on the other core, in the
+order that, replayed on those times, has the process done soonest (helper_order: the decoder's
+product, 0.8 s, is asked for after the encoder has run, and is best compiled first; from the
+last function back, the helper was still compiling it when the process asked). Whoever begins a function claims it (a file in a folder the two share), and the other does not
+compile it too: the process waits for the helper's copy to reach the cache and loads it (where
+the two met over one big function, both spent its 1.4 s). The process's exit stops the helper
+wherever it is: what it still compiles then, this process did not need. A function the helper
+claimed but could not put in the cache is compiled here once the helper has given it up or
+left.
 
 Imported by nwhisper/__init__.py before any module defines a cached function (Numba picks a
 function's cache folder when the function is defined).
 """
 
 import atexit
+import functools
 import hashlib
+import importlib
 import inspect
 import os
 import pickle
@@ -111,7 +114,7 @@ def _load_overload(self, sig, target_context):
         return _numba_load_overload(self, sig, target_context)
     rtsys.initialize(target_context)
     if _asked is not None:
-        _asked.append((_name(self._py_func), repr(tuple(sig))))
+        _asked.append((_name(self._py_func), repr(tuple(sig)), time.perf_counter()))
     with self._guard_against_spurious_io_errors():
         cres = self._load_overload(sig, target_context)
     if cres is None and _apart():
@@ -125,10 +128,11 @@ def _load_overload(self, sig, target_context):
 
 
 APART = "NWHISPER_COMPILE_APART"   # "0": no helper; the process compiles all it needs itself
-TRAMPOLINE = "nwhisper.kernels.trampoline:"
-# The cached functions a first `nwhisper transcribe` loads, in order: module:name<TAB>repr(types)
+# The cached functions a first `nwhisper transcribe` loads, in order, one a line:
+# module:name<TAB>repr(types)<TAB>seconds from the first one's asking<TAB>seconds to compile
 FIRST = os.path.join(PACKAGE, "kernels", "first_functions.txt")
-_asked = None    # while recording(): the (module:name, repr(types)) of each function loaded
+HELPER_START_S = 0.5    # from a first miss to its helper's first compilation (Numba's import)
+_asked = None    # while recording(): (module:name, repr(types), when) of each function loaded
 
 
 def _name(py_func):
@@ -143,8 +147,8 @@ def _apart():
 
 class recording:
     """`with recording() as asked:` this package's cached functions loaded meanwhile (from the
-    cache or compiled), as FIRST lists them: [(module:name, repr(argument types))], each once, in
-    the order loaded."""
+    cache or compiled): [(module:name, repr(argument types), time.perf_counter() when asked)],
+    each once, in the order loaded."""
 
     def __enter__(self):
         global _asked
@@ -153,34 +157,93 @@ class recording:
 
     def __exit__(self, *exc):
         global _asked
-        _asked[:] = dict.fromkeys(_asked)
+        first = {}
+        for name, sig, when in _asked:
+            first.setdefault((name, sig), when)
+        _asked[:] = [(name, sig, when) for (name, sig), when in first.items()]
         _asked = None
 
 
+def function(name):
+    """The function `module:qualname`."""
+    module, _, qualname = name.partition(":")
+    return functools.reduce(getattr, qualname.split("."), importlib.import_module(module))
+
+
+def compile_seconds(name, sig):
+    """How long this process took to compile function `name` for `sig` (repr of the types): 0
+    where it loaded it from the cache."""
+    for types, cres in function(name).overloads.items():
+        if repr(tuple(types)) == sig:
+            return (cres.metadata or {}).get("timers", {}).get("compiler_lock", 0.0)
+    return 0.0
+
+
 def first_functions():
-    """FIRST's lines as (module:name, repr(argument types)); none where it is missing."""
+    """FIRST's lines as (module:name, repr(argument types), seconds from the first one's asking,
+    seconds to compile); none where it is missing."""
     try:
         with open(FIRST, encoding="utf-8") as f:
-            return [tuple(line.rstrip("\n").split("\t")) for line in f if "\t" in line]
+            rows = [line.rstrip("\n").split("\t") for line in f if "\t" in line]
     except OSError:
         return []
+    return [(name, sig, float(at), float(cost)) for name, sig, at, cost in rows]
+
+
+def finish(first, order, start=HELPER_START_S):
+    """When a process that asks for FIRST's functions (`first`: its rows) would have them all,
+    replayed on their times, with a helper that begins `order` (indices into `first`) `start`
+    seconds after the first ask. Between asks the process runs what it has (the recorded time
+    less the compile); a function is the process's own if it asks before the helper begins it,
+    else it waits for the helper's copy."""
+    begun = {}          # index -> (by the helper, when begun)
+    helper, j, t = start, 0, 0.0
+    for i, (_, _, at, cost) in enumerate(first):
+        while j < len(order) and helper <= t:
+            k = order[j]
+            j += 1
+            if k not in begun:
+                begun[k] = (True, helper)
+                helper += first[k][3]
+        if i in begun:
+            t = max(t, begun[i][1] + cost)
+        else:
+            begun[i] = (False, t)
+            t += cost
+        if i + 1 < len(first):
+            t += max(0.0, first[i + 1][2] - at - cost)
+    return t
+
+
+def helper_order(first):
+    """The order for the helper to compile `first` in (indices): from the last back, then each
+    function moved wherever moving it brings finish() sooner, until none does."""
+    order = list(range(len(first)))[::-1]
+    best = finish(first, order)
+    moved = True
+    while moved:
+        moved = False
+        for a in range(len(order)):
+            for b in range(len(order)):
+                trial = order[:a] + order[a + 1:]
+                trial.insert(b, order[a])
+                t = finish(first, trial)
+                if t < best - 1e-9:
+                    order, best, moved = trial, t, True
+    return order
 
 
 # The helper: compiles the functions it is sent, (module:name, repr(types)) each, into the cache
 # in that order, each unless the process has claimed it (one that no longer exists or no longer
 # types is skipped), then leaves
 _HELPER = f"""
-import functools, importlib, os, pickle, sys
+import os, pickle, sys
 os.environ[{APART!r}] = "0"
 sys.path.insert(0, sys.argv[1])
 from numba.core import types
-from nwhisper.kernel_cache import claim, unclaim
+from nwhisper.kernel_cache import claim, function, unclaim
 from nwhisper.kernels import blas
 blas.register_symbol()      # the GEMM loops' call into OpenBLAS links to it
-
-def function(name):
-    module, _, qualname = name.partition(":")
-    return functools.reduce(getattr, qualname.split("."), importlib.import_module(module))
 
 try:
     ahead = pickle.load(sys.stdin.buffer)
@@ -216,10 +279,8 @@ class ApartCompiler:
         self.proc = subprocess.Popen([sys.executable, "-c", _HELPER, os.path.dirname(PACKAGE),
                                       self.claims], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL)
         first = first_functions()
-        quick = [f for f in first if f[0].startswith(TRAMPOLINE)]
-        rest = [f for f in first if f not in quick]
         try:
-            pickle.dump(quick + rest[::-1], self.proc.stdin)
+            pickle.dump([first[k][:2] for k in helper_order(first)], self.proc.stdin)
             self.proc.stdin.close()
         except OSError:
             pass        # it has gone already: this process compiles what it needs

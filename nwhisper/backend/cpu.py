@@ -17,7 +17,19 @@ from nwhisper.kernels.widen import to_float32
 from nwhisper.backend.base import Backend
 
 
-_ENTRIES = {}   # CpuBackend._entry's choices, by (dispatcher, its arguments' typing keys)
+_ENTRIES = {}   # CpuBackend._entry's choices, by (dispatcher, its arguments' _signature)
+
+
+def _signature(fn, a):
+    """What Numba types argument `a` by, cheaply: an array's type, dtype, dimensions, layout
+    and flags (numba's typeof reads no more of it), a scalar's Python type; anything else as
+    Numba types it."""
+    if isinstance(a, np.ndarray):
+        f = a.flags
+        return type(a), a.dtype, a.ndim, f.c_contiguous, f.f_contiguous, f.writeable, f.aligned
+    if isinstance(a, (bool, np.generic)) or (isinstance(a, (int, float)) and abs(a) < 2 ** 62):
+        return type(a)
+    return fn.typeof_pyval(a)
 
 
 class CpuBackend(Backend):
@@ -144,14 +156,13 @@ class CpuBackend(Backend):
             raise
 
     def share(self, ranged, count, *args, serial=False):
-        """ranged(lo, hi, *args) over [0, count): in this thread where `serial` (or Numba has
-        one thread), else on one block of it per thread (kernels/trampoline.py)."""
+        """Range function `ranged` over [0, count) with *args: in this thread where `serial` (or
+        Numba has one thread), else on one block of it per thread (kernels/trampoline.py)."""
         chunks = numba.get_num_threads()
         if serial or chunks == 1:
-            self.host(ranged, 0, count, *args)
+            self.host(ranged, 0, count, 0, 1, *args)
         else:
-            self.host(trampoline.launch, trampoline.spread_address(),
-                      trampoline.address(ranged, args), count, chunks, args)
+            self.host(ranged, 0, count, trampoline.spread_address(), chunks, *args)
 
     def serial(self, work):
         """Whether a launch of `work` scalar steps runs in this thread (below PARALLEL_WORK)."""
@@ -180,12 +191,12 @@ class CpuBackend(Backend):
         chose for these arguments, called directly -- a replay's arguments never change type,
         so typing them and finding the overload again on every call would be wasted. `fn` itself
         where it is not a dispatcher (NumPy, blas.gemm) or chose by converting the arguments
-        (no overload of their exact types). Remembered by the arguments' typing keys: Numba's
+        (no overload of their exact types). Remembered by the arguments' _signature: Numba's
         typing of a step's ~80 calls cost 3 ms, at every window's recording."""
         overloads = getattr(fn, "overloads", None)
         if overloads is None:
             return fn
-        key = (fn, tuple(trampoline.typing_key(fn, a) for a in args))
+        key = (fn, tuple(_signature(fn, a) for a in args))
         entry = _ENTRIES.get(key)
         if entry is None:
             compiled = overloads.get(tuple(fn.typeof_pyval(a) for a in args))

@@ -1,9 +1,12 @@
 """`python -m nwhisper.kernels`: rewrite the generated launcher modules from the kernel bodies,
-then the list of cached functions a first transcription loads (kernel_cache.FIRST), recorded in a
-process of its own (the launchers as just written, nothing loaded before)."""
+then the list of cached functions a first transcription loads (kernel_cache.FIRST), with when
+each was asked for and what it took to compile, recorded in a process of its own (the launchers
+as just written, nothing loaded before, an empty cache, no compile helper)."""
 
+import os
 import subprocess
 import sys
+import tempfile
 
 from nwhisper import kernel_cache
 from nwhisper.kernels import _compile
@@ -11,8 +14,10 @@ from nwhisper.kernels import _compile
 for target in ("cpu", "cuda"):
     _compile.write(target)
     print(f"wrote {_compile.path(target)}")
-lines = subprocess.run([sys.executable, "-c", "from nwhisper.precompile import record_first; print(record_first(), end='')"],
-                       check=True, capture_output=True, text=True).stdout
+with tempfile.TemporaryDirectory() as cache:
+    env = dict(os.environ, NUMBA_CACHE_DIR=cache, **{kernel_cache.APART: "0"})
+    lines = subprocess.run([sys.executable, "-c", "from nwhisper.precompile import record_first; print(record_first(), end='')"],
+                           check=True, capture_output=True, text=True, env=env).stdout
 with open(kernel_cache.FIRST, "w", encoding="utf-8") as f:
     f.write(lines)
 print(f"wrote {kernel_cache.FIRST}")

@@ -5,12 +5,13 @@ arrays (``def layernorm_row(i, x, w, b, out, n, eps)``). ``@kernel`` registers i
 written per kernel. Each body gets a thin launcher:
 
     CPU   numba.njit(inline='always') body, inlined into
-          @njit(cache=True) def name_range(lo, hi, *args): for i in [lo, hi): body(i, *args),
+          @njit(cache=True) def name_range(lo, hi, spread, chunks, *args):
+              for i in [lo, hi): body(i, *args),
           which a launch too small to share out calls for [0, count) (a parallel region costs a
           few µs when quiet, ~50 where the workers sleep between launches: backend.CpuBackend,
           and milliseconds when another process holds a core: its workers wait at the barrier
-          for a descheduled thread), and every other launch runs on one block of [0, count) per
-          thread, through its address, from the one parallel loop all launches share
+          for a descheduled thread); every other launch gives it the address of the one parallel
+          loop all launches share, which runs it again on one block of [0, count) per thread
           (trampoline.py)
     CUDA  cuda.jit(device=True) body, called from
           @cuda.jit(cache=True) def name(count, *args): i = cuda.grid(1); if i < count: body(i, *args)
@@ -147,11 +148,12 @@ def source(target):
     """Text of the generated launcher module for `target` ('cpu' or 'cuda')."""
     found = bodies()
     if target == "cpu":
-        doc = ("CPU launchers: `name_range(lo, hi, ...)` runs body(i, ...) for i in [lo, hi), "
-               "on one thread or on\neach thread's block of a launch (kernels/trampoline.py). "
-               "Their own names start with _ (no body's\nparameter does).")
+        doc = ("CPU launchers: `name_range(lo, hi, spread, chunks, ...)` runs body(i, ...) for i "
+               "in [lo, hi): in this\nthread where spread is 0, else shared out in `chunks` "
+               "blocks by the parallel loop at address\n`spread` (kernels/trampoline.py). "
+               "Their own names start with _ (no body's parameter does).")
         head = ["from numba import njit", "",
-                "from nwhisper.kernels.trampoline import NoAlias, nonneg"]
+                "from nwhisper.kernels.trampoline import NoAlias, nonneg, shared"]
     elif target == "cuda":
         doc = ("CUDA launchers: `i = cuda.grid(1); if i < count: body(i, ...)`, one per kernel "
                "body.\nImported only by the CUDA backend; `cuda` is a module global so that the "
@@ -172,7 +174,10 @@ def source(target):
         if target == "cpu":
             lines += [f"_{name} = njit({CPU_BODY_JIT})({name}_body)", "", "",
                       f"@njit(pipeline_class=NoAlias, {CPU_JIT})",
-                      f"def {name}_range(_lo, _hi, {args}):",
+                      f"def {name}_range(_lo, _hi, _spread, _chunks, {args}):",
+                      "    if _spread:",
+                      "        shared(_spread, _chunks, _lo, _hi)",
+                      "        return",
                       "    _lo = nonneg(_lo)",
                       "    for _j in range(_hi - _lo):",
                       f"        _{name}(_lo + _j, {args})"]

@@ -177,9 +177,13 @@ def _block(typingctx, q_addr, ldq, k_addr, ldk, v_addr, ldv, nk, rows, s_addr, q
 
 
 @njit(cache=True)
-def _attend_range(lo, hi, q, k, v, out, n_head, scratch, queries_t):
-    """Items [lo, hi), every (head, BLOCK queries) pair an item; scratch (threads, BLOCK · nk)
-    and queries_t (threads, HD · BLOCK): each thread's own."""
+def _attend_range(lo, hi, spread, chunks, q, k, v, out, n_head, scratch, queries_t):
+    """Items [lo, hi), every (head, BLOCK queries) pair an item, shared out by the parallel loop
+    at `spread` (trampoline.py); scratch (threads, BLOCK · nk) and queries_t (threads,
+    HD · BLOCK): each thread's own."""
+    if spread:
+        trampoline.shared(spread, chunks, lo, hi)
+        return
     nq, nk = q.shape[0], k.shape[0]
     blocks = (nq + BLOCK - 1) // BLOCK
     me = get_thread_id()

@@ -81,14 +81,14 @@ def available():
     # views) was a compilation of its own -- 18 on a first transcription, ~1.5 s each. What is
     # only read is typed read-only, which writable arrays convert to (a memory-mapped
     # checkpoint's weights and biases are read-only).
-    _blocks.compile((_i64, _i64) + _ARGS)
+    _blocks.compile((_i64,) * 4 + _ARGS)
     _blocks.disable_compile()
     return True
 
 
 _i32, _i64, _f32, _ptr = types.int32, types.int64, types.float32, types.voidptr
 _RO1, _RO2 = (types.Array(_f32, n, "A", readonly=True) for n in (1, 2))
-# _blocks' arguments after (lo, hi): parts, a, b, c, trans_b, alpha, beta, bias
+# _blocks' arguments after (lo, hi, spread, chunks): parts, a, b, c, trans_b, alpha, beta, bias
 _ARGS = (_i64, _RO2, _RO2, types.Array(_f32, 2, "A"), types.boolean, _f32, _f32, _RO1)
 # cblas_sgemm(order, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 _sgemm = types.ExternalFunction(_SYMBOL, types.void(
@@ -96,10 +96,14 @@ _sgemm = types.ExternalFunction(_SYMBOL, types.void(
 
 
 @njit(cache=True)
-def _blocks(lo, hi, parts, a, b, c, trans_b, alpha, beta, bias):
+def _blocks(lo, hi, spread, chunks, parts, a, b, c, trans_b, alpha, beta, bias):
     """Blocks [lo, hi) of `parts`, block t being columns [t·n/parts, (t+1)·n/parts) of
     c = alpha · a @ op(b) + beta · c (+ bias), op(b) = b.T (b (n, k)) or b (b (k, n)); a (m, k),
-    c (m, n): rows of unit stride, any row stride."""
+    c (m, n): rows of unit stride, any row stride. In this thread, or shared out by the
+    parallel loop at `spread` (trampoline.py)."""
+    if spread:
+        trampoline.shared(spread, chunks, lo, hi)
+        return
     m, k = a.shape
     n = c.shape[1]
     for t in range(lo, hi):
@@ -170,6 +174,6 @@ def gemm(a, b, c, trans_b=True, alpha=1.0, accumulate=False, bias=None):
     # numba.set_num_threads (a batch worker's share of the cores) would change the numbers.
     parts = min(config.NUMBA_NUM_THREADS, n) if m * n * k >= PARALLEL_MACS else 1
     if parts > 1:
-        trampoline.share_as(_blocks, _ARGS, parts, (parts, a, b, c, trans_b, np.float32(alpha), beta, bias))
+        trampoline.share(_blocks, parts, parts, a, b, c, trans_b, np.float32(alpha), beta, bias)
     else:
-        _blocks(0, 1, 1, a, b, c, trans_b, np.float32(alpha), beta, bias)
+        _blocks(0, 1, 0, 1, 1, a, b, c, trans_b, np.float32(alpha), beta, bias)

@@ -33,7 +33,7 @@ from numba import njit, types
 from numba.extending import intrinsic
 
 from nwhisper.kernels import llvm_ir as L
-from nwhisper.kernels.trampoline import NoAlias, nonneg
+from nwhisper.kernels.trampoline import NoAlias, nonneg, shared
 
 LANES = 8               # float32 lanes of an AVX2 vector
 PARTS = 4               # linear_elem's accumulators: column c sums into part (c // 8) % 4
@@ -214,12 +214,15 @@ def items(n_out):
 
 
 @njit(pipeline_class=NoAlias, cache=True)
-def linear_range(lo, hi, x, w, scale, bias, out, acc):
+def linear_range(lo, hi, spread, chunks, x, w, scale, bias, out, acc):
     """Items [lo, hi) of out (+)= x @ w.T · scale + bias as linear_elem computes it (acc: 1 to
     add to out, else 0); x (n, n_in) f32 with n_in a multiple of STEP, w (n_out, n_in) int8 or
     uint16 (float16 bits), scale and bias (n_out,) f32 (ones and zeros where the layer has none),
     out (n, n_out) f32; rows of x and out with unit column stride. All of a product is
-    [0, items(n_out)), in this thread or shared out on the threads (be.share)."""
+    [0, items(n_out)), in this thread or shared out on the threads (be.share, trampoline.py)."""
+    if spread:
+        shared(spread, chunks, lo, hi)
+        return
     lo = nonneg(lo)
     for j in range(hi - lo):
         _item(lo + j, x, w, scale, bias, out, acc)

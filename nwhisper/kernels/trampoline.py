@@ -1,39 +1,37 @@
-"""How a CPU launch shares its work out over Numba's threads: every body's range function runs
-its blocks, called by address from one parallel loop that all launches share.
+"""How a CPU launch shares its work out over Numba's threads: a range function hands blocks of
+its own range to the one parallel loop that every launch shares.
 
-Each body has one serial function over a range of work items (`name_range(lo, hi, ...)`:
-_compile.py writes them; hand-written kernels have their own) that runs all of a launch's
-arithmetic. A launch of [0, count) in `chunks` blocks is
+Each body has one serial function over a range of work items (_compile.py writes them; the
+hand-written kernels have their own), which runs all of a launch's arithmetic:
 
-    launch(spread_address(), address(name_range, args), count, chunks, args)
+    @njit(pipeline_class=NoAlias, cache=True)
+    def name_range(lo, hi, spread_at, chunks, ...):
+        if spread_at:                       # a parallel launch
+            shared(spread_at, chunks, lo, hi)
+            return
+        for i in [lo, hi): body(i, ...)
 
-`launch` stores the arguments in a frame on its stack and hands `spread`, the one parallel
-loop, the frame and an entry that takes (lo, hi, frame) and calls name_range on the frame's
-arguments through the range function's address. `spread`'s loop only calls that entry per
-block; `launch` calls `spread` through its address too, so no launch links a parallel loop.
+Called with spread_at = 0 it runs [lo, hi) in this thread. Called with spread_address() it
+stores its own arguments in a frame on its stack, and `spread`, the one parallel loop, calls an
+entry (defined beside the function, in its module) on each of `chunks` blocks of [lo, hi) that
+calls the function again on its block with spread_at = 0. `spread` itself is called by its
+address, so no range function links a parallel loop.
 
 Why: a parallel loop costs Numba ~0.3-0.5 s to compile (its gufunc, scheduling and the loop
 linked in again), and a prange loop that held the body optimised the whole body twice more
 (numba 0.68: a parallel attend_row compiled in 2.3 s against 1.1 for its range function, and a
 process that compiled it rounded some sums otherwise than one that loaded it from the cache).
-Here `spread` compiles once (0.5 s, then from the cache), each argument types' `launch` in
-~0.07 s, and a launch gives the same floats on one thread or many, compiled here or cached.
+Here `spread` compiles once (~0.4 s, then from the cache) and a body's launch is its range
+function alone: the same floats on one thread or many, compiled here or cached.
 
 A range function's loops vectorise as a prange loop's would: its index starts at a `nonneg` lo
 (an index that might be negative is checked for wrapping at every access), and its arrays are
 noalias, as Numba declares a prange loop's (an in-place GELU, out = x, otherwise fails LLVM's
 runtime overlap check and runs scalar: 6.3 ms against 0.8 over an encoder's 2.3 M floats). So
 a body may write in place only to the element it reads.
-
-An address is that of a compiled function's C wrapper (the entry Numba itself calls first-class
-functions through); the entry's call is typed from the same data model, so it passes each
-argument as that wrapper receives it.
 """
 
-import hashlib
-
 import numba
-import numpy as np
 from llvmlite import ir
 from numba import njit, prange, types
 from numba.core import cgutils
@@ -71,50 +69,41 @@ def nonneg(typingctx, v):
 
 
 @intrinsic
-def _framed(typingctx, at, args):
-    """(entry, frame): a frame on the caller's stack holding address `at` and the tuple `args`,
-    and the address of an entry (defined once per tuple type in the caller's module) that calls
-    the function at `at` as f(lo, hi, *args) with the frame's values."""
-    if not isinstance(args, types.BaseTuple):
+def shared(typingctx, spread_at, chunks, lo, hi):
+    """The calling range function on each of `chunks` blocks of [lo, hi), one a thread, by the
+    parallel loop at address `spread_at`. The function's leading arguments must be
+    (lo, hi, spread_at, chunks): its blocks are calls with their own lo and hi and spread_at 0."""
+    if any(t != types.int64 for t in (spread_at, chunks, lo, hi)):
         return None
-    sig = types.UniTuple(types.int64, 2)(at, args)
+    sig = types.void(spread_at, chunks, lo, hi)
 
     def codegen(context, builder, signature, llargs):
-        at_v, tup = llargs
-        tuple_type = signature.args[1]
-        frame_type = ir.LiteralStructType([_I64, tup.type])
+        at, chunks_v, lo_v, hi_v = llargs
+        fn = builder.function
+        # Numba's calling convention: (return slot, exception slot, the arguments as its data
+        # model flattens them); the four leading int64s are one value each
+        own = list(fn.args[2:])
+        frame_type = ir.LiteralStructType([a.type for a in own])
         frame = cgutils.alloca_once(builder, frame_type)
-        builder.store(at_v, cgutils.gep_inbounds(builder, frame, 0, 0))
-        builder.store(tup, cgutils.gep_inbounds(builder, frame, 0, 1))
-        name = "nwhisper.entry." + hashlib.sha1(str(tuple_type).encode()).hexdigest()[:16]
-        entry = cgutils.get_or_insert_function(builder.module, _ENTRY, name)
-        if entry.is_declaration:
+        for i, a in enumerate(own):
+            builder.store(a, cgutils.gep_inbounds(builder, frame, 0, i))
+        entry = builder.module.globals.get(fn.name + ".block")
+        if entry is None:
+            entry = ir.Function(builder.module, _ENTRY, fn.name + ".block")
             entry.linkage = "internal"
             b = ir.IRBuilder(entry.append_basic_block())
-            lo, hi, raw = entry.args
+            block_lo, block_hi, raw = entry.args
             held = b.bitcast(raw, frame_type.as_pointer())
-            target = b.load(cgutils.gep_inbounds(b, held, 0, 0))
-            values = cgutils.unpack_tuple(b, b.load(cgutils.gep_inbounds(b, held, 0, 1)),
-                                          len(tuple_type))
-            callee = ir.FunctionType(context.get_value_type(types.none),
-                                     [_I64, _I64] + [context.get_value_type(t) for t in tuple_type])
-            b.call(b.inttoptr(target, callee.as_pointer()), [lo, hi, *values])
+            values = [b.load(cgutils.gep_inbounds(b, held, 0, i)) for i in range(len(own))]
+            values[:3] = b.add(values[0], block_lo), b.add(values[0], block_hi), ir.Constant(_I64, 0)
+            result = cgutils.alloca_once(b, fn.args[0].type.pointee)
+            b.store(cgutils.get_null_value(result.type.pointee), result)
+            b.call(fn, [result, cgutils.alloca_once(b, fn.args[1].type.pointee)] + values)
             b.ret_void()
-        return context.make_tuple(builder, signature.return_type,
-                                  (builder.ptrtoint(entry, _I64), builder.ptrtoint(frame, _I64)))
-
-    return sig, codegen
-
-
-@intrinsic
-def _call(typingctx, at, a, b, c, d):
-    """f(a, b, c, d) for the function at address `at` taking four int64s (an entry's three
-    arguments fit too: a pointer passes as an int64 does)."""
-    sig = types.void(at, a, b, c, d)
-
-    def codegen(context, builder, signature, llargs):
-        fn = ir.FunctionType(ir.VoidType(), [_I64] * 4)
-        builder.call(builder.inttoptr(llargs[0], fn.as_pointer()), list(llargs[1:]))
+        loop = ir.FunctionType(ir.VoidType(), [_I64] * 4)
+        builder.call(builder.inttoptr(at, loop.as_pointer()),
+                     [builder.ptrtoint(entry, _I64), builder.sub(hi_v, lo_v), chunks_v,
+                      builder.ptrtoint(frame, _I64)])
         return context.get_dummy_value()
 
     return sig, codegen
@@ -142,72 +131,21 @@ def spread(entry, count, chunks, frame):
         _enter(entry, c * count // chunks, (c + 1) * count // chunks, frame)
 
 
-@njit(cache=True)
-def launch(spread_at, at, count, chunks, args):
-    """The range function at address `at` over [0, count) in `chunks` blocks on Numba's threads
-    (spread, at `spread_at`), given the arguments after its (lo, hi)."""
-    entry, frame = _framed(at, args)
-    _call(spread_at, entry, count, chunks, frame)
-
-
-_SPREAD = (types.int64,) * 4
-_ADDRESSES = {}     # address()'s answers, by (function, the arguments' typing keys)
-
-
-def address_of(fn, sig):
-    """The address of dispatcher `fn`'s C wrapper for argument types `sig`, compiled (or loaded
-    from the cache) first if need be."""
-    if sig not in fn.overloads:
-        fn.compile(sig)
-    cres = fn.overloads[sig]
-    return cres.library.get_pointer_to_function(cres.fndesc.llvm_cfunc_wrapper_name)
+_SPREAD = []    # spread's address, once found
 
 
 def spread_address():
-    at = _ADDRESSES.get(spread)
-    if at is None:
-        at = _ADDRESSES[spread] = address_of(spread, _SPREAD)
-    return at
-
-
-def typing_key(fn, a):
-    """What Numba types argument `a` by, cheaply: an array's type, dtype, dimensions, layout
-    and flags (numba's typeof reads no more of it), a scalar's Python type, a tuple's items';
-    anything else as Numba types it."""
-    if isinstance(a, np.ndarray):
-        f = a.flags
-        return type(a), a.dtype, a.ndim, f.c_contiguous, f.f_contiguous, f.writeable, f.aligned
-    if isinstance(a, (bool, np.generic)) or (isinstance(a, (int, float)) and abs(a) < 2 ** 62):
-        return type(a)
-    if isinstance(a, tuple):
-        return tuple(typing_key(fn, x) for x in a)
-    return fn.typeof_pyval(a)
-
-
-def address(ranged, args):
-    """The address of range function `ranged`'s code for (lo, hi, *args)."""
-    key = (ranged, tuple(typing_key(ranged, a) for a in args))
-    at = _ADDRESSES.get(key)
-    if at is None:
-        sig = (types.int64, types.int64) + tuple(ranged.typeof_pyval(a) for a in args)
-        at = _ADDRESSES[key] = address_of(ranged, sig)
-    return at
+    """The address of `spread`'s C wrapper, compiled (or loaded from the cache) first if need
+    be: what a range function is given to share its range out."""
+    if not _SPREAD:
+        sig = (types.int64,) * 4
+        if sig not in spread.overloads:
+            spread.compile(sig)
+        cres = spread.overloads[sig]
+        _SPREAD.append(cres.library.get_pointer_to_function(cres.fndesc.llvm_cfunc_wrapper_name))
+    return _SPREAD[0]
 
 
 def share(ranged, count, *args):
-    """ranged(lo, hi, *args) over [0, count), one block a thread of Numba's."""
-    launch(spread_address(), address(ranged, args), count, numba.get_num_threads(), args)
-
-
-def share_as(ranged, sig, count, args):
-    """As share, with `ranged` compiled once for argument types `sig` (after lo, hi) however the
-    arrays come (their layouts and flags: 'A' and read-only types take any), and `launch` once
-    for them."""
-    found = _ADDRESSES.get((ranged, sig))
-    if found is None:
-        launched = _SPREAD + (types.Tuple(sig),)
-        address_of(launch, launched)
-        found = _ADDRESSES[(ranged, sig)] = (address_of(ranged, (types.int64, types.int64) + sig),
-                                             launch.overloads[launched].entry_point)
-    at, run = found
-    run(spread_address(), at, count, numba.get_num_threads(), args)
+    """ranged over [0, count) on Numba's threads, one block a thread."""
+    ranged(0, count, spread_address(), numba.get_num_threads(), *args)

@@ -54,14 +54,13 @@ CUDA_FORMS = {"widen": np.float32}
 _BLOCK = 1 << 16
 
 
-# _widen_range's arguments after (lo, hi), one compilation for every argument's flags
-# (read-only and unaligned accept the rest)
-_ARGS = (types.Array(types.uint16, 1, "C", readonly=True, aligned=False), types.Array(types.float32, 1, "C"))
-
-
 @njit(cache=True)
-def _widen_range(lo, hi, bits, out):
-    """out[i] = the float16 whose bits are bits[i], as float32, over blocks [lo, hi)."""
+def _widen_range(lo, hi, spread, chunks, bits, out):
+    """out[i] = the float16 whose bits are bits[i], as float32, over blocks [lo, hi): in this
+    thread, or shared out by the parallel loop at `spread` (trampoline.py)."""
+    if spread:
+        trampoline.shared(spread, chunks, lo, hi)
+        return
     n = bits.size
     for i in range(lo * _BLOCK, min(n, hi * _BLOCK)):
         out[i] = _half_bits(bits[i])
@@ -73,6 +72,11 @@ def to_float32(a, out=None):
     (a large float32 encoder's 600 M weights are this, and NumPy's cast runs on one), into `out`
     (C-contiguous, a.size) where given, else a new array."""
     out = np.empty(a.shape, np.float32) if out is None else out
-    trampoline.share_as(_widen_range, _ARGS, -(-a.size // _BLOCK),
-                        (np.ascontiguousarray(a).reshape(-1).view(np.uint16), out.reshape(-1)))
+    if not _widen_range.signatures:
+        # one compilation for every argument's flags (read-only and unaligned accept the rest)
+        _widen_range.compile((types.int64,) * 4 + (types.Array(types.uint16, 1, "C", readonly=True, aligned=False),
+                                                   types.Array(types.float32, 1, "C")))
+        _widen_range.disable_compile()
+    trampoline.share(_widen_range, -(-a.size // _BLOCK),
+                     np.ascontiguousarray(a).reshape(-1).view(np.uint16), out.reshape(-1))
     return out

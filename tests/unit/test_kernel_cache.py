@@ -113,9 +113,10 @@ pickle.dump(out, open(sys.argv[1], "wb"))
 def test_a_first_run_and_a_later_one_give_the_same_bits(tmp_path):
     """A process that finds no compiled kernels (an empty Numba cache) and one that loads what it
     left: tiny.en's encoder states, float32 and int8, and a transcription's tokens, log-probabilities
-    and word times, bit for bit. Their parallel launchers are compiled apart in both cases
-    (kernel_cache.ApartCompiler): compiled in the process that ran them, exp_rows' sums over an
-    encoder's 1500 rows differed from the cached code's by up to 3e-5."""
+    and word times, bit for bit: every launch runs its range function's own code, compiled here
+    or loaded (kernels/trampoline.py; a parallel launcher that held its body and was compiled in
+    the process that ran it summed exp_row over an encoder's 1500 rows up to 3e-5 away from the
+    cached code)."""
     import pickle
     import subprocess
     import sys
@@ -138,9 +139,9 @@ def test_a_first_run_and_a_later_one_give_the_same_bits(tmp_path):
 
 def test_first_lists_what_a_first_transcription_loads():
     """kernel_cache.FIRST (written by `python -m nwhisper.kernels`) lists the cached functions
-    that the default transcription loads, in the order it loads them: what the helper compiles
-    ahead when a process finds the cache empty. Each names a function that exists, with types
-    that evaluate; and it holds most of what this machine's first transcription loads (all of
+    that the default transcription loads, in the order it loads them, with when each was asked
+    for and what it took to compile: what the helper compiles ahead when a process finds the
+    cache empty. Each names a function that exists, with types that evaluate; and it holds most of what this machine's first transcription loads (all of
     it on a CPU like the one it was recorded on: the fast paths differ by CPU)."""
     import functools
     import importlib
@@ -152,13 +153,16 @@ def test_first_lists_what_a_first_transcription_loads():
 
     first = kernel_cache.first_functions()
     assert len(first) >= 10
-    for name, sig in first:
+    for name, sig, at, cost in first:
         module, _, qualname = name.partition(":")
         fn = functools.reduce(getattr, qualname.split("."), importlib.import_module(module))
         assert repr(eval(sig, dict(vars(types), bool=types.boolean))) == sig and fn.compile, name
+    assert all(cost > 0 for *_, cost in first), "recorded from a full cache"
+    assert [at for _, _, at, _ in first] == sorted(at for _, _, at, _ in first)
+    first = [(name, sig) for name, sig, _, _ in first]
     got = subprocess.run([sys.executable, "-c", "from nwhisper.precompile import record_first; print(record_first(), end='')"],
                          env=paths.env(), check=True, capture_output=True, text=True, timeout=900).stdout
-    here = [tuple(line.split("\t")) for line in got.splitlines()]
+    here = [tuple(line.split("\t")[:2]) for line in got.splitlines()]
     missing = [name for name, sig in here if (name, sig) not in first]
     assert len(missing) <= len(here) // 4, f"kernel_cache.FIRST is stale ({missing}): run `python -m nwhisper.kernels`"
 
@@ -174,7 +178,7 @@ assert len(first) == 3
 kernel_cache.first_functions = lambda: first
 from nwhisper.kernels import _launch_cpu as launchers
 x = np.ones(4, np.float32)
-launchers.gelu_elem_range(0, 4, x, x)      # a miss: the helper starts, sent both ahead
+launchers.gelu_elem_range(0, 4, 0, 1, x, x)   # a miss: the helper starts, sent both ahead
 t = time.time()
 while not all(glob.glob(os.path.join(sys.argv[1], "**", name), recursive=True)
               for name in ("trampoline.spread-*.nbi", "widen._widen_range-*.nbi", "blas._blocks-*.nbi")):
@@ -198,3 +202,20 @@ def test_an_empty_cache_has_the_helper_compile_first_ahead(tmp_path):
     cache = tmp_path / "cache"
     subprocess.run([sys.executable, "-c", AHEAD, str(cache)], env=paths.env(NUMBA_CACHE_DIR=str(cache)),
                    check=True, capture_output=True, timeout=600)
+
+
+def test_the_helper_compiles_in_the_order_that_has_the_process_done_soonest():
+    """kernel_cache.finish replays FIRST's times (with no helper: exactly as recorded), and
+    helper_order puts first the long function the process asks for after a stretch of other
+    work (the decoder's product after the encoder's run), which the last-first order left the
+    helper compiling when the process asked for it."""
+    row = lambda at, cost: ("m:f", "()", at, cost)     # noqa: E731
+    first = [row(0.0, 0.5), row(0.6, 0.2), row(2.0, 1.5), row(3.6, 0.3), row(4.0, 0.3),
+             row(4.4, 0.3), row(4.8, 0.3)]
+    assert abs(kernel_cache.finish(first, []) - (4.8 + 0.3)) < 1e-9
+    last_first = list(range(len(first)))[::-1]
+    # last first: the helper is still on the long one (1.7-3.2 s) when the process asks at 2.0
+    assert abs(kernel_cache.finish(first, last_first) - 3.6) < 1e-9
+    order = kernel_cache.helper_order(first)
+    assert sorted(order) == last_first[::-1] and order[0] == 2
+    assert abs(kernel_cache.finish(first, order) - 2.9) < 1e-9    # it is ready at 2.0

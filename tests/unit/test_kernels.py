@@ -602,7 +602,7 @@ def test_linear_tiles(rng, kind, n, n_in, n_out):
             start = rand(rng, n, n_out)
             got, body, serial = start.copy(), start.copy(), start.copy()
             tiles(x, w, s_arg, b_arg, got, int(acc))
-            be._launcher(linear_elem, "_range")(0, n_out, x, w, none if scale is None else scale,
+            be._launcher(linear_elem, "_range")(0, n_out, 0, 1, x, w, none if scale is None else scale,
                                                 none if b is None else b, body, n, n_in, acc)
             assert_as_linear_elem(got, body)
             tiles(x, w, s_arg, b_arg, serial, int(acc), serial=True)
@@ -1143,7 +1143,7 @@ def test_cpu_bodies_compute_in_float32():
             continue
         fresh = numba.njit(body)
         for sig in getattr(_launch_cpu, name + "_range").signatures:   # every launch runs it
-            fsig = (numba.int64,) + tuple(sig[2:])
+            fsig = (numba.int64,) + tuple(sig[4:])   # after (lo, hi, spread, chunks)
             fresh.compile(fsig)
             ops = [line for line in fresh.inspect_llvm(fsig).splitlines()
                    if "double" in line and any(op in line for op in ("fadd", "fmul", "fdiv", "fsub"))]

@@ -1,8 +1,7 @@
-"""kernels/trampoline.py: a launch shared out over Numba's threads reaches its range function
-with every argument as the function's own call would pass it, and covers [0, count) once.
+"""kernels/trampoline.py: a range function shared out over Numba's threads runs each of its
+blocks with every argument as its own caller passed it, and covers its range once.
 
-Truth: the same range function called directly on [0, count) in this thread (Numba's own
-calling convention), and the plain index arithmetic of the blocks.
+Truth: the same range function called in this thread (spread 0) over the same range.
 """
 
 import numba
@@ -12,15 +11,13 @@ import pytest
 from nwhisper.kernels import trampoline
 
 
-@pytest.fixture
-def rng():
-    return np.random.default_rng(7)
-
-
 @numba.njit(pipeline_class=trampoline.NoAlias)
-def _mixed(lo, hi, out, table, flag, scale, shift, bits, wide, seen):
+def _mixed(lo, hi, spread, chunks, out, table, flag, scale, shift, bits, wide, seen):
     """Every kind of argument a body takes: arrays of 1-3 dimensions, read-only and strided,
     a bool, a float32, an int64, float16 bits, a float64; `seen` counts each item's visits."""
+    if spread:
+        trampoline.shared(spread, chunks, lo, hi)
+        return
     for i in range(lo, hi):
         seen[i] += 1
         for j in range(out.shape[1]):
@@ -30,42 +27,32 @@ def _mixed(lo, hi, out, table, flag, scale, shift, bits, wide, seen):
             out[i, j] = v + np.float32(bits[j % bits.shape[0]]) + wide
 
 
-@pytest.mark.parametrize("count", [0, 1, 2, 7, 64])
+@pytest.mark.parametrize("lo,hi", [(0, 0), (0, 1), (0, 2), (3, 10), (0, 64)])
 @pytest.mark.parametrize("chunks", [1, 2, 5])
-def test_a_shared_launch_equals_the_direct_call(count, chunks, rng):
-    table = rng.standard_normal((3, 5, 2)).astype(np.float32)
+def test_a_shared_range_equals_the_serial_call(lo, hi, chunks):
+    table = np.random.default_rng(7).standard_normal((3, 5, 2)).astype(np.float32)
     table.setflags(write=False)
     bits = np.arange(0, 40, 3, dtype=np.uint16)[::2]     # strided
     args = (table, True, np.float32(0.5), 3, bits, 1.25)
-    want, seen_want = np.zeros((count, 6), np.float32), np.zeros(count, np.int64)
-    _mixed(0, count, want, *args, seen_want)
-    got, seen = np.zeros((count, 6), np.float32), np.zeros(count, np.int64)
-    call = (got,) + args + (seen,)
-    trampoline.launch(trampoline.spread_address(), trampoline.address(_mixed, call), count, chunks, call)
-    assert np.array_equal(got, want) and (seen == 1).all()
+    want, seen_want = np.zeros((hi, 6), np.float32), np.zeros(hi, np.int64)
+    _mixed(lo, hi, 0, 1, want, *args, seen_want)
+    got, seen = np.zeros((hi, 6), np.float32), np.zeros(hi, np.int64)
+    _mixed(lo, hi, trampoline.spread_address(), chunks, got, *args, seen)
+    assert np.array_equal(got, want) and np.array_equal(seen, seen_want)
+    assert (seen[lo:] == 1).all() and not seen[:lo].any()
     got[:], seen[:] = 0, 0
-    trampoline.share(_mixed, count, *call)          # on Numba's own threads
-    assert np.array_equal(got, want) and (seen == 1).all()
+    if lo == 0:
+        trampoline.share(_mixed, hi, got, *args, seen)          # on Numba's own threads
+        assert np.array_equal(got, want) and np.array_equal(seen, seen_want)
 
 
-def test_an_array_compiled_as_any_layout_takes_every_layout(rng):
-    """share_as: one compilation of the range function and of its launch for 'A' read-only
-    arrays, reached with C-contiguous, strided and writable arrays alike."""
-    a = numba.types.Array(numba.types.float32, 2, "A", readonly=True)
-    sig = (a, numba.types.Array(numba.types.float32, 2, "A"), numba.types.boolean, numba.types.float32,
-           numba.types.int64, numba.types.Array(numba.types.uint16, 1, "A", readonly=True),
-           numba.types.float64, numba.types.Array(numba.types.int64, 1, "A"))
-
+def test_a_range_function_must_lead_with_int64_bounds():
+    """`shared` types only where lo, hi, spread and chunks are int64 (the entry that runs a
+    block rewrites the function's first three arguments as such)."""
     @numba.njit
-    def rows(lo, hi, x, out, flag, scale, shift, bits, wide, seen):
-        for i in range(lo, hi):
-            seen[i] += 1
-            for j in range(out.shape[1]):
-                out[i, j] = (-x[i, j] if flag else x[i, j]) * scale + shift + bits[0] + wide
+    def narrow(lo, hi, spread, chunks):
+        if spread:
+            trampoline.shared(spread, chunks, np.int32(lo), hi)
 
-    x = rng.standard_normal((9, 8)).astype(np.float32)
-    for source, target in ((x, np.zeros((9, 8), np.float32)), (x[:, ::2], np.zeros((9, 16), np.float32)[:, ::4])):
-        seen = np.zeros(9, np.int64)
-        trampoline.share_as(rows, sig, 9, (source, target, False, np.float32(2), 1, np.array([4], np.uint16), 0.5, seen))
-        assert np.array_equal(target, source * np.float32(2) + np.float32(5.5)) and (seen == 1).all()
-    assert len(rows.signatures) == 1
+    with pytest.raises(numba.core.errors.TypingError):
+        narrow(0, 4, trampoline.spread_address(), 2)
