@@ -38,10 +38,10 @@ import functools
 import math
 
 import numpy as np
-from numba import njit, prange, types
+from numba import njit, types
 from numba.extending import intrinsic
 
-from nwhisper.kernels import gemm_bf16, gemm_int8
+from nwhisper.kernels import gemm_bf16, gemm_int8, trampoline
 from nwhisper.kernels import llvm_ir as L
 from nwhisper.kernels.matmul import quantize_int8
 from nwhisper.kernels.vecmath import bf16, from_key, order_key
@@ -108,24 +108,29 @@ def _exp_row(typingctx, s_addr, n, top, p_addr):
     return sig, codegen
 
 
-@njit(parallel=True, cache=True)
-def _attend(xq, sx, panels, shift, sw, xb, kb, pad, vb, out, n_head, nq, nk, bf16_scores, ones, zeros):
-    """Every (head, BLOCK queries) pair is one parallel item: scores (int8, or bfloat16 where
-    bf16_scores: xb and kb instead of xq … sw), exp, values, in L2. ones: gemm_bf16.ONES;
-    zeros: HD of them (the values' product has no bias)."""
+@njit(cache=True)
+def _attend_range(lo, hi, spread, chunks, xq, sx, panels, shift, sw, xb, kb, pad, vb, out, n_head,
+                  nq, nk, bf16_scores, ones, zeros):
+    """Items [lo, hi) (shared out by the loop at `spread`: trampoline.py), every (head, BLOCK
+    queries) pair an item: scores (int8, or bfloat16 where bf16_scores: xb and kb instead of
+    xq … sw), exp, values, in L2. ones: gemm_bf16.ONES; zeros: HD of them (the values' product
+    has no bias)."""
+    if spread:
+        trampoline.shared(spread, chunks, lo, hi)
+        return
     wide = pad.shape[0]
     n_panels = wide // gemm_int8.COLS
     k4, k2 = HD // 4, wide // 2
     ldo = out.strides[0] // 4
     blocks = -(-nq // BLOCK)
-    for item in prange(n_head * blocks):
+    s = np.empty((BLOCK, wide), np.float32)     # an item's scratch, each item writes what it reads
+    p = np.empty((BLOCK, wide), np.uint16)
+    sxb = np.empty(BLOCK, np.float32)
+    inv = np.empty(BLOCK, np.float32)
+    for item in range(lo, hi):
         h = item // blocks
         m0 = (item % blocks) * BLOCK
         rows = min(BLOCK, nq - m0)
-        s = np.empty((BLOCK, wide), np.float32)
-        p = np.empty((BLOCK, wide), np.uint16)
-        sxb = np.empty(BLOCK, np.float32)
-        inv = np.empty(BLOCK, np.float32)
         for r in range(BLOCK):
             sxb[r] = sx[(m0 + r) * n_head + h] if r < rows else np.float32(1.0)
         for pn in range(n_panels):
@@ -158,12 +163,16 @@ def _attend(xq, sx, panels, shift, sw, xb, kb, pad, vb, out, n_head, nq, nk, bf1
                             inv[r:].ctypes.data, zeros.ctypes.data)
 
 
-@njit(parallel=True, cache=True)
-def _pack_keys(kq, k_scale, n_head, scale, panels, shift, sw):
+@njit(cache=True)
+def _pack_keys_range(lo, hi, spread, chunks, kq, k_scale, n_head, scale, panels, shift, sw):
     """kq (nk·H, hd) i8 rows (row j·H + h: key j of head h) and their scales into each head's
-    PackedInt8 layout, the +128 shift's correction and the scales times `scale` (1/√hd)."""
+    PackedInt8 layout, the +128 shift's correction and the scales times `scale` (1/√hd); items
+    [lo, hi) of (head, panel) (shared out by the loop at `spread`)."""
+    if spread:
+        trampoline.shared(spread, chunks, lo, hi)
+        return
     nk = kq.shape[0] // n_head
-    for hp in prange(panels.shape[0] * panels.shape[1]):
+    for hp in range(lo, hi):
         h, pn = hp // panels.shape[1], hp % panels.shape[1]
         for col in range(gemm_int8.COLS):
             j = pn * gemm_int8.COLS + col
@@ -177,12 +186,16 @@ def _pack_keys(kq, k_scale, n_head, scale, panels, shift, sw):
             sw[h, j] = k_scale[j * n_head + h] * scale if j < nk else np.float32(0.0)
 
 
-@njit(parallel=True, cache=True)
-def _pack_keys_bf16(k, n_head, kb):
+@njit(cache=True)
+def _pack_keys_bf16_range(lo, hi, spread, chunks, k, n_head, kb):
     """k (nk, H·hd) f32 / √hd (hd = 64: × 1/8, exact) into each head's PackedBf16 layout
-    kb (H, wide/64, hd/2, 4, 16, 2), keys past nk zero."""
+    kb (H, wide/64, hd/2, 4, 16, 2), keys past nk zero; items [lo, hi) of (head, panel)
+    (shared out by the loop at `spread`)."""
+    if spread:
+        trampoline.shared(spread, chunks, lo, hi)
+        return
     nk = k.shape[0]
-    for hp in prange(kb.shape[0] * kb.shape[1]):
+    for hp in range(lo, hi):
         h, pn = hp // kb.shape[1], hp % kb.shape[1]
         for col in range(gemm_bf16.COLS):
             j = pn * gemm_bf16.COLS + col
@@ -191,11 +204,15 @@ def _pack_keys_bf16(k, n_head, kb):
                     bf16(k[j, h * HD + c] * np.float32(0.125)) if j < nk else np.uint16(0))
 
 
-@njit(parallel=True, cache=True)
-def _pack_values(v, n_head, vb):
-    """v (nk, H·hd) f32 into vb (H, wide/2, hd, 2) bf16, keys past nk zero."""
+@njit(cache=True)
+def _pack_values_range(lo, hi, spread, chunks, v, n_head, vb):
+    """v (nk, H·hd) f32 into vb (H, wide/2, hd, 2) bf16, keys past nk zero; items [lo, hi) of
+    (head, pair of keys) (shared out by the loop at `spread`)."""
+    if spread:
+        trampoline.shared(spread, chunks, lo, hi)
+        return
     nk = v.shape[0]
-    for ht in prange(vb.shape[0] * vb.shape[1]):
+    for ht in range(lo, hi):
         h, t = ht // vb.shape[1], ht % vb.shape[1]
         for e in range(2):
             j = 2 * t + e
@@ -224,7 +241,8 @@ def attention(be, q, k, v, out, n_head, scores="int8"):
         xb = be.scratch("blocked.xb", (rows, HD // 2), np.uint32)
         gemm_bf16.to_pairs(q, xb)
         kb = be.scratch("blocked.kb", (n_head, wide // gemm_bf16.COLS, HD // 2, 4, 16, 2), np.uint16)
-        _pack_keys_bf16(np.require(k, np.float32, "C"), n_head, kb)
+        trampoline.share(_pack_keys_bf16_range, kb.shape[0] * kb.shape[1], np.require(k, np.float32, "C"),
+                         n_head, kb)
     else:
         xb, kb = unused["xb"], unused["kb"]
         xq = be.scratch("blocked.xq", (rows, HD), np.uint8)
@@ -234,10 +252,13 @@ def attention(be, q, k, v, out, n_head, scores="int8"):
         panels = be.scratch("blocked.panels", (n_head, wide // gemm_int8.COLS, HD // 4, 4, 16, 4), np.int8)
         shift = be.scratch("blocked.shift", (n_head, wide), np.int32)
         sw = be.scratch("blocked.sw", (n_head, wide), np.float32)
-        _pack_keys(kq, k_scale, n_head, np.float32(1.0 / math.sqrt(HD)), panels, shift, sw)
+        trampoline.share(_pack_keys_range, panels.shape[0] * panels.shape[1], kq, k_scale, n_head,
+                         np.float32(1.0 / math.sqrt(HD)), panels, shift, sw)
     pad = be.scratch("blocked.pad", (wide,), np.float32)
     pad[:nk], pad[nk:] = 0.0, -np.inf       # padding keys score -inf: exp 0
     vb = be.scratch("blocked.vb", (n_head, wide // 2, HD, 2), np.uint16)
-    _pack_values(np.require(v, np.float32, "C"), n_head, vb)
-    _attend(xq, sx, panels, shift, sw, xb, kb, pad, vb, out, n_head, nq, nk, scores == "bf16",
-            gemm_bf16.ONES, be.constant("blocked.zeros", lambda: np.zeros(HD, np.float32)))
+    trampoline.share(_pack_values_range, vb.shape[0] * vb.shape[1], np.require(v, np.float32, "C"),
+                     n_head, vb)
+    trampoline.share(_attend_range, n_head * -(-nq // BLOCK), xq, sx, panels, shift, sw, xb, kb,
+                     pad, vb, out, n_head, nq, nk, scores == "bf16", gemm_bf16.ONES,
+                     be.constant("blocked.zeros", lambda: np.zeros(HD, np.float32)))

@@ -24,10 +24,10 @@ float32 (model.Whisper says so with a warning, as CTranslate2 does).
 import functools
 
 import numpy as np
-from numba import njit, prange, types
+from numba import njit, types
 from numba.extending import intrinsic
 
-from nwhisper.kernels import llvm_ir as L
+from nwhisper.kernels import llvm_ir as L, trampoline
 from nwhisper.kernels.vecmath import bf16
 from nwhisper.kernels.widen import widen
 
@@ -96,7 +96,7 @@ class PackedBf16:
             raise ValueError(f"PackedBf16: {n} output rows is not a multiple of {COLS}")
         kp = k + k % 2
         self.panels = np.empty((n // COLS, kp // 2, VECS, 16, 2), np.uint16)
-        _pack(w, self.panels)
+        trampoline.share(_pack_range, self.panels.shape[0], w, self.panels)
         self.no_bias = np.zeros((n,), np.float32)  # so one epilogue serves layers without a bias
         self.shape, self.dtype = (n, k), np.dtype(np.float32)
         self.n, self.k, self.k_padded = n, k, kp
@@ -108,12 +108,16 @@ class PackedBf16:
         return (bits << 16).view(np.float32)
 
 
-@njit(parallel=True, cache=True)
-def _pack(w, panels):
-    """panels[p, t, v, l, e] = bf16(w[p·COLS + 16·v + l, 2·t + e]) (0 past K); w f32, or f16 as
-    its uint16 bits (widen.py). A panel of COLS rows per parallel item."""
+@njit(cache=True)
+def _pack_range(lo, hi, spread, chunks, w, panels):
+    """panels[p, t, v, l, e] = bf16(w[p·COLS + 16·v + l, 2·t + e]) (0 past K) for panels p in
+    [lo, hi) (shared out by the loop at `spread`: trampoline.py); w f32, or f16 as its uint16
+    bits (widen.py)."""
+    if spread:
+        trampoline.shared(spread, chunks, lo, hi)
+        return
     n, k = w.shape
-    for p in prange(panels.shape[0]):
+    for p in range(lo, hi):
         for t in range(panels.shape[1]):
             for j in range(COLS):
                 for e in range(2):
@@ -121,28 +125,41 @@ def _pack(w, panels):
                     panels[p, t, j // 16, j % 16, e] = bf16(widen(w[p * COLS + j, col])) if col < k else 0
 
 
-@njit(parallel=True, cache=True)
 def to_pairs(x, xb):
     """xb[m, t] = bf16(x[m, 2t]) | bf16(x[m, 2t+1]) << 16, zero past x's K columns and M rows
-    (tiles read the padding; zero weights and unstored rows make it harmless)."""
+    (tiles read the padding; zero weights and unstored rows make it harmless). A row per item,
+    on Numba's threads."""
+    trampoline.share(_pairs_range, xb.shape[0], x, xb)
+
+
+@njit(cache=True)
+def _pairs_range(lo, hi, spread, chunks, x, xb):
+    """to_pairs over xb's rows [lo, hi) (shared out by the loop at `spread`)."""
+    if spread:
+        trampoline.shared(spread, chunks, lo, hi)
+        return
     m_rows, k = x.shape
-    for m in prange(xb.shape[0]):
+    for m in range(lo, hi):
         for t in range(xb.shape[1]):
-            lo = bf16(x[m, 2 * t]) if m < m_rows and 2 * t < k else np.uint16(0)
-            hi = bf16(x[m, 2 * t + 1]) if m < m_rows and 2 * t + 1 < k else np.uint16(0)
-            xb[m, t] = np.uint32(lo) | (np.uint32(hi) << np.uint32(16))
+            low = bf16(x[m, 2 * t]) if m < m_rows and 2 * t < k else np.uint16(0)
+            high = bf16(x[m, 2 * t + 1]) if m < m_rows and 2 * t + 1 < k else np.uint16(0)
+            xb[m, t] = np.uint32(low) | (np.uint32(high) << np.uint32(16))
 
 
-@njit(parallel=True, cache=True)
-def _gemm(xb, panels, ones, bias, out):
-    """Every (panel, CHUNK rows) pair is one parallel item; ones: ONES."""
+@njit(cache=True)
+def _gemm_range(lo, hi, spread, chunks, xb, panels, ones, bias, out):
+    """Items [lo, hi) (shared out by the loop at `spread`), every (panel, CHUNK rows) pair an
+    item; ones: ONES."""
+    if spread:
+        trampoline.shared(spread, chunks, lo, hi)
+        return
     m_rows = out.shape[0]
     k2 = xb.shape[1]
     ldo = out.strides[0] // 4
-    chunks = -(-m_rows // CHUNK)
-    for item in prange(panels.shape[0] * chunks):
-        p = item // chunks
-        chunk = item % chunks
+    row_chunks = -(-m_rows // CHUNK)
+    for item in range(lo, hi):
+        p = item // row_chunks
+        chunk = item % row_chunks
         n0 = p * COLS
         for m0 in range(chunk * CHUNK, min((chunk + 1) * CHUNK, m_rows), ROWS):
             _tile(xb[m0:].ctypes.data, 4 * k2, panels[p].ctypes.data, k2, out[m0:, n0:].ctypes.data,
@@ -155,4 +172,5 @@ def gemm(x, w: PackedBf16, bias, out, scratch):
     m = x.shape[0]
     xb = scratch("gemm_bf16.xb", (-(-m // ROWS) * ROWS, w.k_padded // 2), np.uint32)
     to_pairs(np.require(x, np.float32, ("C", "A")), xb)
-    _gemm(xb, w.panels, ONES, w.no_bias if bias is None else bias, out)
+    trampoline.share(_gemm_range, w.panels.shape[0] * -(-m // CHUNK), xb, w.panels, ONES,
+                     w.no_bias if bias is None else bias, out)

@@ -33,10 +33,10 @@ import functools
 import math
 
 import numpy as np
-from numba import njit, prange, types
+from numba import njit, types
 from numba.extending import intrinsic
 
-from nwhisper.kernels import llvm_ir as L
+from nwhisper.kernels import llvm_ir as L, trampoline
 from nwhisper.kernels.vecmath import from_key, order_key
 
 ROWS = 4        # rows of x per micro-tile
@@ -177,7 +177,7 @@ class PackedInt8:
         kp = -(-k // 4) * 4
         self.panels = np.empty((n // COLS, kp // 4, VECS, 16, 4), np.int8)
         self.shift = np.empty((n,), np.int32)
-        _pack(np.ascontiguousarray(q), self.panels, self.shift)
+        trampoline.share(_pack_range, self.panels.shape[0], np.ascontiguousarray(q), self.panels, self.shift)
         self.scale = np.ascontiguousarray(scale, np.float32)
         self.no_bias = np.zeros((n,), np.float32)  # so one epilogue serves layers without a bias
         self.n, self.k, self.k_padded = n, k, kp
@@ -188,13 +188,17 @@ class PackedInt8:
         return np.ascontiguousarray(self.panels.transpose(0, 2, 3, 1, 4).reshape(n, kp)[:, :self.k])
 
 
-@njit(parallel=True, cache=True)
-def _pack(q, panels, shift):
-    """panels[p, kk, v, l, b] = q[p·COLS + 16·v + l, 4·kk + b] (0 past K); shift[n] = 128 · Σ_k q[n, k].
-    One pass over q, a panel of COLS rows per parallel item (NumPy's transposing copy of the
-    same layout is a strided copy several times slower, on every matrix of a load)."""
+@njit(cache=True)
+def _pack_range(lo, hi, spread, chunks, q, panels, shift):
+    """panels[p, kk, v, l, b] = q[p·COLS + 16·v + l, 4·kk + b] (0 past K); shift[n] = 128 · Σ_k q[n, k],
+    for panels p in [lo, hi) (shared out by the loop at `spread`: trampoline.py). One pass over
+    q, a panel of COLS rows per item (NumPy's transposing copy of the same layout is a strided
+    copy several times slower, on every matrix of a load)."""
+    if spread:
+        trampoline.shared(spread, chunks, lo, hi)
+        return
     n, k = q.shape
-    for p in prange(panels.shape[0]):
+    for p in range(lo, hi):
         for kk in range(panels.shape[1]):
             for j in range(COLS):
                 r = p * COLS + j
@@ -211,14 +215,22 @@ def _pack(q, panels, shift):
 
 # 'nnan': LLVM vectorises a max reduction only when told there are no NaNs; nothing that
 # would change a rounding ('arcp', 'reassoc') is allowed, so tests can redo it in NumPy.
-@njit(parallel=True, cache=True, fastmath={"nnan", "nsz"})
 def quantize_rows(x, xq, sx, add):
     """xq[m, :K] = round(x[m] / sx[m]) + add as u8 (add: offset()), sx[m] = max|x[m]| / 127
     (1 for a zero row);
     xq's padding (rows up to a multiple of ROWS, columns up to Kp) is zeroed: tiles read it,
-    and zero weights in the padded columns cancel it."""
+    and zero weights in the padded columns cancel it. A row per item, on Numba's threads."""
+    trampoline.share(_quantize_range, xq.shape[0], x, xq, sx, add)
+
+
+@njit(cache=True, fastmath={"nnan", "nsz"})
+def _quantize_range(lo, hi, spread, chunks, x, xq, sx, add):
+    """quantize_rows over xq's rows [lo, hi) (shared out by the loop at `spread`)."""
+    if spread:
+        trampoline.shared(spread, chunks, lo, hi)
+        return
     m_rows, k = x.shape
-    for m in prange(xq.shape[0]):
+    for m in range(lo, hi):
         xq[m, k:] = 0
         if m >= m_rows:
             xq[m, :] = 0
@@ -238,17 +250,20 @@ def quantize_rows(x, xq, sx, add):
             xq[m, c] = np.uint8(np.int32(math.floor(v + np.float32(0.5))) + add)
 
 
-@njit(parallel=True, cache=True)
-def _gemm(xq, sx, panels, shift, sw, bias, out):
-    """Every (panel, CHUNK rows) pair is one parallel item: the panel's weights stay in L2
-    while its row chunk's tiles stream past."""
+@njit(cache=True)
+def _gemm_range(lo, hi, spread, chunks, xq, sx, panels, shift, sw, bias, out):
+    """Items [lo, hi) (shared out by the loop at `spread`), every (panel, CHUNK rows) pair an
+    item: the panel's weights stay in L2 while its row chunk's tiles stream past."""
+    if spread:
+        trampoline.shared(spread, chunks, lo, hi)
+        return
     m_rows = out.shape[0]
     k4 = xq.shape[1] // 4
     ldo = out.strides[0] // 4
-    chunks = -(-m_rows // CHUNK)
-    for item in prange(panels.shape[0] * chunks):
-        p = item // chunks
-        chunk = item % chunks
+    row_chunks = -(-m_rows // CHUNK)
+    for item in range(lo, hi):
+        p = item // row_chunks
+        chunk = item % row_chunks
         n0 = p * COLS
         for m0 in range(chunk * CHUNK, min((chunk + 1) * CHUNK, m_rows), ROWS):
             _tile(xq[m0:].ctypes.data, xq.shape[1], panels[p].ctypes.data, k4,
@@ -264,4 +279,5 @@ def gemm(x, w: PackedInt8, bias, out, scratch):
     xq = scratch("gemm_int8.xq", (-(-m // ROWS) * ROWS, w.k_padded), np.uint8)
     sx = scratch("gemm_int8.sx", (m,), np.float32)
     quantize_rows(np.require(x, np.float32, ("C", "A")), xq, sx, offset())
-    _gemm(xq, sx, w.panels, w.shift, w.scale, w.no_bias if bias is None else bias, out)
+    trampoline.share(_gemm_range, w.panels.shape[0] * -(-m // CHUNK), xq, sx, w.panels, w.shift,
+                     w.scale, w.no_bias if bias is None else bias, out)
