@@ -15,8 +15,9 @@ loads (FIRST: `python -m nwhisper.kernels` records when a first transcription as
 how long each took to compile) and compiles them ahead into the cache on the other core, in the
 order that, replayed on those times, has the process done soonest (helper_order: the decoder's
 product, 0.8 s, is asked for after the encoder has run, and is best compiled first; from the
-last function back, the helper was still compiling it when the process asked). Whoever begins a function claims it (a file in a folder the two share), and the other does not
-compile it too: the process waits for the helper's copy to reach the cache and loads it (where
+last function back, the helper was still compiling it when the process asked). Whoever begins
+a function claims it (a file in a folder the two share), and the other does not compile it
+too: the process waits for the helper's copy to reach the cache and loads it (where
 the two met over one big function, both spent its 1.4 s). The process's exit stops the helper
 wherever it is: what it still compiles then, this process did not need. A function the helper
 claimed but could not put in the cache is compiled here once the helper has given it up or
@@ -131,7 +132,7 @@ APART = "NWHISPER_COMPILE_APART"   # "0": no helper; the process compiles all it
 # The cached functions a first `nwhisper transcribe` loads, in order, one a line:
 # module:name<TAB>repr(types)<TAB>seconds from the first one's asking<TAB>seconds to compile
 FIRST = os.path.join(PACKAGE, "kernels", "first_functions.txt")
-HELPER_START_S = 0.5    # from a first miss to its helper's first compilation (Numba's import)
+HELPER_START_S = 0.6    # from a first miss to its helper's first compilation (Numba's import)
 _asked = None    # while recording(): (module:name, repr(types), when) of each function loaded
 
 
@@ -196,19 +197,19 @@ def finish(first, order, start=HELPER_START_S):
     seconds after the first ask. Between asks the process runs what it has (the recorded time
     less the compile); a function is the process's own if it asks before the helper begins it,
     else it waits for the helper's copy."""
-    begun = {}          # index -> (by the helper, when begun)
+    begun = {}          # index -> when the helper or the process began it
     helper, j, t = start, 0, 0.0
     for i, (_, _, at, cost) in enumerate(first):
         while j < len(order) and helper <= t:
             k = order[j]
             j += 1
             if k not in begun:
-                begun[k] = (True, helper)
+                begun[k] = helper
                 helper += first[k][3]
-        if i in begun:
-            t = max(t, begun[i][1] + cost)
+        if i in begun:          # the helper's: ready when it is done
+            t = max(t, begun[i] + cost)
         else:
-            begun[i] = (False, t)
+            begun[i] = t
             t += cost
         if i + 1 < len(first):
             t += max(0.0, first[i + 1][2] - at - cost)

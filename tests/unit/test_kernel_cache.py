@@ -214,8 +214,9 @@ def test_the_helper_compiles_in_the_order_that_has_the_process_done_soonest():
              row(4.4, 0.3), row(4.8, 0.3)]
     assert abs(kernel_cache.finish(first, []) - (4.8 + 0.3)) < 1e-9
     last_first = list(range(len(first)))[::-1]
-    # last first: the helper is still on the long one (1.7-3.2 s) when the process asks at 2.0
-    assert abs(kernel_cache.finish(first, last_first) - 3.6) < 1e-9
+    # last first: the helper (from 0.6 s) is still on the long one (1.8-3.3 s) when the process
+    # asks for it at 2.0
+    assert abs(kernel_cache.finish(first, last_first, start=0.6) - 3.7) < 1e-9
     order = kernel_cache.helper_order(first)
     assert sorted(order) == last_first[::-1] and order[0] == 2
-    assert abs(kernel_cache.finish(first, order) - 2.9) < 1e-9    # it is ready at 2.0
+    assert abs(kernel_cache.finish(first, order, start=0.6) - 3.0) < 1e-9    # it is ready at 2.1
