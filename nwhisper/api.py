@@ -14,10 +14,11 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 
-from . import backend as B, sources
+from . import backend as B, kernel_cache, sources
 from .abilities import Abilities, options as transcribe_options
 from .io.hub import locate, offline_by_default
 from .io.registry import DEFAULT_MODEL, read
+from .kernels import gemm_bf16
 from .model import Whisper
 from .tokenizer import Tokenizer
 from .transcribe import Transcriber
@@ -30,6 +31,9 @@ class WhisperModel:
     def __init__(self, name_or_path=DEFAULT_MODEL, device="auto", compute_type="float32", offline=None):
         self.checkpoint = ck = read(locate(name_or_path, offline))
         self.offline = offline_by_default() if offline is None else offline
+        # before the backend's first kernel: what a helper compiles ahead (a bfloat16 model is
+        # float32 on a CPU without AVX-512 BF16: model.Whisper)
+        kernel_cache.expect("float32" if compute_type == "bfloat16" and not gemm_bf16.available() else compute_type)
         self.backend = B.get(device)
         self.dims = ck.dims
         self.tokenizer = Tokenizer.from_checkpoint(ck)

@@ -11,8 +11,10 @@ Wherever it is cached, a kernel loads without Numba first readying everything a 
 
 With an empty cache a first transcription compiles for seconds, one function after another. At a
 process's first miss a helper process (ApartCompiler) is sent the functions a first transcription
-loads (FIRST: `python -m nwhisper.kernels` records when a first transcription asked for each and
-how long each took to compile) and compiles them ahead into the cache on the other core, in the
+in the model's compute type loads (FIRST: `python -m nwhisper.kernels` records, for each compute
+type, when a first transcription asked for each function and how long each took to compile; the
+model tells which compute type it runs, expect()) and compiles them ahead into the cache on the
+other core, in the
 order that, replayed on those times, has the process done soonest (helper_order: the decoder's
 product, 0.8 s, is asked for after the encoder has run, and is best compiled first; from the
 last function back, the helper was still compiling it when the process asked). Whoever begins
@@ -129,11 +131,13 @@ def _load_overload(self, sig, target_context):
 
 
 APART = "NWHISPER_COMPILE_APART"   # "0": no helper; the process compiles all it needs itself
-# The cached functions a first `nwhisper transcribe` loads, in order, one a line:
-# module:name<TAB>repr(types)<TAB>seconds from the first one's asking<TAB>seconds to compile
+# The cached functions a first `nwhisper transcribe` loads, per compute type, in order, one a line:
+# compute type<TAB>module:name<TAB>repr(types)<TAB>seconds from the first one's asking<TAB>seconds
+# to compile
 FIRST = os.path.join(PACKAGE, "kernels", "first_functions.txt")
 HELPER_START_S = 0.6    # from a first miss to its helper's first compilation (Numba's import)
 _asked = None    # while recording(): (module:name, repr(types), when) of each function loaded
+_expected = "float32"   # the compute type whose FIRST a helper is sent (expect())
 
 
 def _name(py_func):
@@ -180,15 +184,25 @@ def compile_seconds(name, sig):
     return 0.0
 
 
-def first_functions():
-    """FIRST's lines as (module:name, repr(argument types), seconds from the first one's asking,
-    seconds to compile); none where it is missing."""
+def expect(compute_type):
+    """Say which compute type this process's transcriptions run, before any kernel loads (a model
+    says so as it begins loading): a helper started at a later first miss is sent that compute
+    type's FIRST (the int8 and bfloat16 products, packing and attention are functions float32's
+    list lacks)."""
+    global _expected
+    _expected = compute_type
+
+
+def first_functions(compute_type=None):
+    """FIRST's lines for `compute_type` (default: the one expected) as (module:name, repr(argument
+    types), seconds from the first one's asking, seconds to compile); none where it is missing."""
+    compute_type = compute_type or _expected
     try:
         with open(FIRST, encoding="utf-8") as f:
             rows = [line.rstrip("\n").split("\t") for line in f if "\t" in line]
     except OSError:
         return []
-    return [(name, sig, float(at), float(cost)) for name, sig, at, cost in rows]
+    return [(name, sig, float(at), float(cost)) for ct, name, sig, at, cost in rows if ct == compute_type]
 
 
 def finish(first, order, start=HELPER_START_S):
@@ -262,7 +276,7 @@ for name, sig in ahead:
 
 class ApartCompiler:
     """One helper process per process, started at its first function missing from the cache and
-    sent FIRST's functions to compile ahead (it imports Numba once; each compilation then costs
+    sent FIRST's functions for the expected compute type to compile ahead (it imports Numba once; each compilation then costs
     what it would have cost here); it leaves when it has been through them."""
 
     _one = None

@@ -69,17 +69,17 @@ def run(model_name=DEFAULT_MODEL, compute_types=None, out=sys.stderr):
     return time.perf_counter() - t0
 
 
-def record_first():
-    """kernel_cache.FIRST's lines as this process records them: the default model's default
-    transcription of the clip, as a first `nwhisper transcribe` runs it, each function with
-    when it was asked for and what it took to compile (in a process that has loaded no kernel
-    yet, with an empty cache and no helper: `python -m nwhisper.kernels` runs it so)."""
+def record_first(compute_type="float32"):
+    """kernel_cache.FIRST's lines for `compute_type` as this process records them: the default
+    model's default transcription of the clip, as a first `nwhisper transcribe` runs it, each
+    function with when it was asked for and what it took to compile (in a process that has loaded
+    no kernel yet, with an empty cache and no helper: `python -m nwhisper.kernels` runs it so)."""
     from . import kernel_cache, load
 
     with kernel_cache.recording() as asked:
-        list(load(device="cpu").transcribe(np.array(load_audio(CLIP)))[0])
-    return "".join(f"{name}\t{types}\t{when - asked[0][2]:.2f}\t{kernel_cache.compile_seconds(name, types):.2f}\n"
-                   for name, types, when in asked)
+        list(load(device="cpu", compute_type=compute_type).transcribe(np.array(load_audio(CLIP)))[0])
+    return "".join(f"{compute_type}\t{name}\t{types}\t{when - asked[0][2]:.2f}\t"
+                   f"{kernel_cache.compile_seconds(name, types):.2f}\n" for name, types, when in asked)
 
 
 def speaker_network(samples):

@@ -1,7 +1,8 @@
 """`python -m nwhisper.kernels`: rewrite the generated launcher modules from the kernel bodies,
-then the list of cached functions a first transcription loads (kernel_cache.FIRST), with when
-each was asked for and what it took to compile, recorded in a process of its own (the launchers
-as just written, nothing loaded before, an empty cache, no compile helper)."""
+then the list of cached functions a first transcription loads in each compute type this CPU runs
+(kernel_cache.FIRST), with when each was asked for and what it took to compile, each compute
+type recorded in a process of its own (the launchers as just written, nothing loaded before, an
+empty cache, no compile helper)."""
 
 import os
 import subprocess
@@ -14,10 +15,15 @@ from nwhisper.kernels import _compile
 for target in ("cpu", "cuda"):
     _compile.write(target)
     print(f"wrote {_compile.path(target)}")
-with tempfile.TemporaryDirectory() as cache:
-    env = dict(os.environ, NUMBA_CACHE_DIR=cache, **{kernel_cache.APART: "0"})
-    lines = subprocess.run([sys.executable, "-c", "from nwhisper.precompile import record_first; print(record_first(), end='')"],
-                           check=True, capture_output=True, text=True, env=env).stdout
+lines = []
+compute_types = subprocess.run([sys.executable, "-c", "from nwhisper.precompile import default_compute_types; "
+                                "print(*default_compute_types())"], check=True, capture_output=True, text=True).stdout
+for compute_type in compute_types.split():
+    with tempfile.TemporaryDirectory() as cache:
+        env = dict(os.environ, NUMBA_CACHE_DIR=cache, **{kernel_cache.APART: "0"})
+        lines.append(subprocess.run([sys.executable, "-c", "from nwhisper.precompile import record_first; "
+                                     f"print(record_first({compute_type!r}), end='')"],
+                                    check=True, capture_output=True, text=True, env=env).stdout)
 with open(kernel_cache.FIRST, "w", encoding="utf-8") as f:
-    f.write(lines)
+    f.write("".join(lines))
 print(f"wrote {kernel_cache.FIRST}")

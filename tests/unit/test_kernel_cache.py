@@ -4,6 +4,7 @@ nothing — is tests/end_to_end/test_install.py."""
 
 import os
 
+import pytest
 from numba.core import caching
 
 from nwhisper import kernel_cache
@@ -137,34 +138,63 @@ def test_a_first_run_and_a_later_one_give_the_same_bits(tmp_path):
         assert first == later, compute_type
 
 
-def test_first_lists_what_a_first_transcription_loads():
-    """kernel_cache.FIRST (written by `python -m nwhisper.kernels`) lists the cached functions
-    that the default transcription loads, in the order it loads them, with when each was asked
-    for and what it took to compile: what the helper compiles ahead when a process finds the
-    cache empty. Each names a function that exists, with types that evaluate; and it holds most of what this machine's first transcription loads (all of
-    it on a CPU like the one it was recorded on: the fast paths differ by CPU)."""
-    import functools
-    import importlib
+@pytest.mark.parametrize("compute_type", ["float32", "int8"])
+def test_first_lists_what_a_first_transcription_loads(compute_type):
+    """kernel_cache.FIRST (written by `python -m nwhisper.kernels`) lists, per compute type, the
+    cached functions that the default transcription loads, in the order it loads them, with when
+    each was asked for and what it took to compile: what the helper compiles ahead when a process
+    finds the cache empty. Each names a function that exists, with types that evaluate; and it
+    holds most of what this machine's first transcription loads (all of it on a CPU like the one
+    it was recorded on: the fast paths differ by CPU)."""
     import subprocess
     import sys
 
     import paths
     from numba.core import types
 
-    first = kernel_cache.first_functions()
+    first = kernel_cache.first_functions(compute_type)
     assert len(first) >= 10
     for name, sig, at, cost in first:
-        module, _, qualname = name.partition(":")
-        fn = functools.reduce(getattr, qualname.split("."), importlib.import_module(module))
+        fn = kernel_cache.function(name)
         assert repr(eval(sig, dict(vars(types), bool=types.boolean))) == sig and fn.compile, name
     assert all(cost > 0 for *_, cost in first), "recorded from a full cache"
     assert [at for _, _, at, _ in first] == sorted(at for _, _, at, _ in first)
     first = [(name, sig) for name, sig, _, _ in first]
-    got = subprocess.run([sys.executable, "-c", "from nwhisper.precompile import record_first; print(record_first(), end='')"],
+    got = subprocess.run([sys.executable, "-c", "from nwhisper.precompile import record_first; "
+                          f"print(record_first({compute_type!r}), end='')"],
                          env=paths.env(), check=True, capture_output=True, text=True, timeout=900).stdout
-    here = [tuple(line.split("\t")[:2]) for line in got.splitlines()]
+    here = [tuple(line.split("\t")[1:3]) for line in got.splitlines()]
+    assert {line.split("\t")[0] for line in got.splitlines()} == {compute_type}
     missing = [name for name, sig in here if (name, sig) not in first]
     assert len(missing) <= len(here) // 4, f"kernel_cache.FIRST is stale ({missing}): run `python -m nwhisper.kernels`"
+
+
+def test_the_helper_is_sent_the_first_functions_of_the_models_compute_type(monkeypatch):
+    """A model says its compute type before its backend loads the first kernel (the CPU backend's
+    BLAS loop, a miss that starts the helper on an empty cache): the helper is then sent that
+    compute type's list (int8's quantising and blocked attention, which float32's lacks), and
+    bfloat16's only where this CPU runs it (elsewhere the model is float32, with a warning)."""
+    import nwhisper
+    from nwhisper import api
+    from nwhisper.kernels import gemm_bf16
+
+    names = lambda: {name for name, *_ in kernel_cache.first_functions()}     # noqa: E731
+    monkeypatch.setattr(kernel_cache, "_expected", "float32")
+    assert "nwhisper.kernels.attention_fused:_attend_range" in names()
+    assert not any("gemm_int8" in name for name in names())
+    seen = []
+    real_get = api.B.get
+    monkeypatch.setattr(api.B, "get", lambda device: (seen.append(kernel_cache._expected), real_get(device))[1])
+    nwhisper.load("tiny.en", device="cpu", compute_type="int8")
+    assert seen == ["int8"]
+    assert "nwhisper.kernels.gemm_int8:_gemm_range" in names()
+    if gemm_bf16.available():
+        nwhisper.load("tiny.en", device="cpu", compute_type="bfloat16")
+        assert seen[-1] == "bfloat16" and "nwhisper.kernels.gemm_bf16:_gemm_range" in names()
+    monkeypatch.setattr(gemm_bf16, "available", lambda: False)
+    with pytest.warns(RuntimeWarning, match="bfloat16"):
+        nwhisper.load("tiny.en", device="cpu", compute_type="bfloat16")
+    assert seen[-1] == "float32"
 
 
 AHEAD = """
@@ -175,7 +205,7 @@ first = [line for line in kernel_cache.first_functions()
          if line[0] in ("nwhisper.kernels.trampoline:spread", "nwhisper.kernels.widen:_widen_range",
                         "nwhisper.kernels.blas:_blocks")]
 assert len(first) == 3
-kernel_cache.first_functions = lambda: first
+kernel_cache.first_functions = lambda compute_type=None: first
 from nwhisper.kernels import _launch_cpu as launchers
 x = np.ones(4, np.float32)
 launchers.gelu_elem_range(0, 4, 0, 1, x, x)   # a miss: the helper starts, sent both ahead
