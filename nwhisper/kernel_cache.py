@@ -256,9 +256,11 @@ import os, pickle, sys
 os.environ[{APART!r}] = "0"
 sys.path.insert(0, sys.argv[1])
 from numba.core import types
+from numba.np.ufunc.parallel import _launch_threads
 from nwhisper.kernel_cache import claim, function, unclaim
 from nwhisper.kernels import blas
 blas.register_symbol()      # the GEMM loops' call into OpenBLAS links to it
+_launch_threads()           # so do get_thread_id's callers to Numba's threading layer, in any order
 
 try:
     ahead = pickle.load(sys.stdin.buffer)

@@ -201,37 +201,49 @@ AHEAD = """
 import glob, os, sys, time
 import numpy as np
 from nwhisper import kernel_cache
-first = [line for line in kernel_cache.first_functions()
-         if line[0] in ("nwhisper.kernels.trampoline:spread", "nwhisper.kernels.widen:_widen_range",
-                        "nwhisper.kernels.blas:_blocks")]
-assert len(first) == 3
+names = ("nwhisper.kernels.attention_fused:_attend_range", "nwhisper.kernels.trampoline:spread",
+         "nwhisper.kernels.widen:_widen_range", "nwhisper.kernels.blas:_blocks")
+first = sorted((line for line in kernel_cache.first_functions("float32") if line[0] in names),
+               key=lambda line: names.index(line[0]))
+assert len(first) == 4
 kernel_cache.first_functions = lambda compute_type=None: first
+kernel_cache.helper_order = lambda first: list(range(len(first)))
 from nwhisper.kernels import _launch_cpu as launchers
-x = np.ones(4, np.float32)
-launchers.gelu_elem_range(0, 4, 0, 1, x, x)   # a miss: the helper starts, sent both ahead
+x = np.ones(4, sys.argv[2])
+launchers.gelu_elem_range(0, 4, 0, 1, x, x)   # a miss: the helper starts, sent the four ahead
 t = time.time()
 while not all(glob.glob(os.path.join(sys.argv[1], "**", name), recursive=True)
-              for name in ("trampoline.spread-*.nbi", "widen._widen_range-*.nbi", "blas._blocks-*.nbi")):
+              for name in ("attention_fused._attend_range-*.nbi", "trampoline.spread-*.nbi",
+                           "widen._widen_range-*.nbi", "blas._blocks-*.nbi")):
     assert time.time() - t < 120, "what was sent ahead never reached the cache"
     time.sleep(0.1)
-from nwhisper.kernels import trampoline, widen
-assert not trampoline.spread.overloads and not widen._widen_range.overloads, "compiled here"
+assert kernel_cache.ApartCompiler.get().proc.wait(timeout=120) == 0, "the helper failed"
+from nwhisper.kernels import attention_fused, trampoline, widen
+assert not (trampoline.spread.overloads or widen._widen_range.overloads
+            or attention_fused._attend_range.overloads), "compiled here"
 """
 
 
 def test_an_empty_cache_has_the_helper_compile_first_ahead(tmp_path):
     """At a process's first cache miss (a serial launcher here) its helper is sent FIRST's
-    functions (the shared parallel loop, a serial function and a BLAS loop here, whose call into
-    OpenBLAS the helper must register first: without it LLVM aborted the helper) and compiles
-    them into the cache before anyone asks."""
+    functions and compiles them into the cache before anyone asks, whatever their order: here
+    the fused attention first, which calls Numba's get_thread_id, then the shared parallel loop,
+    a serial function and a BLAS loop, whose call into OpenBLAS the helper registers before it
+    compiles anything (without it LLVM aborted the helper). Then, in a second process that
+    misses another function, the helper finds them in the cache and loads them: the fused
+    attention loaded before Numba's threading layer was running aborted the helper, printing
+    LLVM's error to the user's terminal."""
     import subprocess
     import sys
 
     import paths
 
     cache = tmp_path / "cache"
-    subprocess.run([sys.executable, "-c", AHEAD, str(cache)], env=paths.env(NUMBA_CACHE_DIR=str(cache)),
-                   check=True, capture_output=True, timeout=600)
+    for dtype in ("float32", "float64"):
+        run = subprocess.run([sys.executable, "-c", AHEAD, str(cache), dtype],
+                             env=paths.env(NUMBA_CACHE_DIR=str(cache)), capture_output=True, text=True,
+                             timeout=600)
+        assert run.returncode == 0 and "LLVM ERROR" not in run.stderr, run.stderr
 
 
 def test_the_helper_compiles_in_the_order_that_has_the_process_done_soonest():
