@@ -30,10 +30,10 @@ import functools
 
 import numpy as np
 from llvmlite import ir
-from numba import config, njit, prange, types
+from numba import config, njit, types
 from numba.extending import intrinsic, overload
 
-from nwhisper.kernels import blas, gemm_bf16
+from nwhisper.kernels import blas, gemm_bf16, trampoline
 from nwhisper.kernels import llvm_ir as L
 from nwhisper.kernels.blas import _NO_TRANS, _ROW_MAJOR, _TRANS, _sgemm
 from nwhisper.kernels.vecmath import bf16 as bf16_of
@@ -123,15 +123,21 @@ def tile_rows(n_cols, rows):
     return max(16, min(rows, TILE_BYTES // (4 * n_cols)))
 
 
-@njit(parallel=True, cache=True)
-def _conv_parts(x, w, bias, out, t_out, f_out, kt, kf, stride_t, stride_f, dilation_t, pad_t,
-                pad_f, residual, relu, tile, cols):
+@njit(pipeline_class=trampoline.NoAlias, cache=True)
+def _conv_parts_range(lo, hi, spread, chunks, x, w, bias, out, t_out, f_out, kt, kf, stride_t,
+                      stride_f, dilation_t, pad_t, pad_f, residual, relu, tile, cols):
+    """Parts [lo, hi) of the tiles, part p unrolling its tiles into cols[p]: in this thread, or
+    shared out by the parallel loop at `spread` (trampoline.py)."""
+    if spread:
+        trampoline.shared(spread, chunks, lo, hi)
+        return
     n, t_in, f_in, c = x.shape
     rows, n_out = out.shape
     k_cols = w.shape[1]
     parts = cols.shape[0]
     tiles = (rows + tile - 1) // tile
-    for p in prange(parts):
+    lo = trampoline.nonneg(lo)
+    for p in range(lo, hi):
         buf = cols[p]
         for ti in range(p * tiles // parts, (p + 1) * tiles // parts):
             r0 = ti * tile
@@ -190,14 +196,18 @@ def _element_of(xp, x, wi, t, f, u):
     return lambda xp, x, wi, t, f, u: x[wi, t, f, u]
 
 
-@njit(parallel=True, cache=True)
-def _pad(x, xp, pad_t, pad_f):
-    """xp (W, T + 2·pad_t, F + 2·pad_f, units), flat, then zeros to its end: x amid zeros, its
-    C channels as C floats (xp f32) or C/2 bfloat16 pairs (xp u32)."""
+@njit(pipeline_class=trampoline.NoAlias, cache=True)
+def _pad_range(lo, hi, spread, chunks, x, xp, pad_t, pad_f):
+    """Lines [lo, hi) (window, padded time) of xp (W, T + 2·pad_t, F + 2·pad_f, units), flat: x
+    amid zeros, its C channels as C floats (xp f32) or C/2 bfloat16 pairs (xp u32)."""
+    if spread:
+        trampoline.shared(spread, chunks, lo, hi)
+        return
     n, t_in, f_in, c = x.shape
     units = c // _channels(xp)
     tp, fp = t_in + 2 * pad_t, f_in + 2 * pad_f
-    for wt in prange(n * tp):
+    lo = trampoline.nonneg(lo)
+    for wt in range(lo, hi):
         wi, t = wt // tp, wt % tp - pad_t
         at = wt * fp * units
         for f in range(-pad_f, f_in + pad_f):
@@ -205,22 +215,23 @@ def _pad(x, xp, pad_t, pad_f):
             for u in range(units):
                 xp[at + u] = _element(xp, x, wi, t, f, u) if inside else 0
             at += units
-    for i in range(n * tp * fp * units, xp.shape[0]):
-        xp[i] = 0
 
 
-@njit(parallel=True, cache=True)
-def _direct(xp, tp, fp, c, taps, offs, bias, out, t_out, f_out, stride_t, stride_f, residual,
-            relu):
-    """The micro-tiles along each line of outputs: a (window, time) line along frequency, or,
-    for a 1-D convolution (one frequency), a window's line along time. xp: the padded input
+@njit(pipeline_class=trampoline.NoAlias, cache=True)
+def _direct_range(lo, hi, spread, chunks, xp, tp, fp, c, taps, offs, bias, out, t_out, f_out,
+                  stride_t, stride_f, residual, relu):
+    """The micro-tiles along lines [lo, hi) of outputs: a (window, time) line along frequency,
+    or, for a 1-D convolution (one frequency), a window's line along time. xp: the padded input
     (W, tp, fp, c), flat: f32, or u32 bfloat16 pairs with c counting pairs (_tile)."""
-    rows, n_out = out.shape
+    if spread:
+        trampoline.shared(spread, chunks, lo, hi)
+        return
+    n_out = out.shape[1]
     ldo = out.strides[0] // 4
     along_f = f_out > 1
     length = f_out if along_f else t_out
-    lines = rows // length
-    for line in prange(lines):
+    lo = trampoline.nonneg(lo)
+    for line in range(lo, hi):
         # floats from one position to the next, computed in the loop: taken from outside it,
         # the value halved the tiles' speed
         if along_f:
@@ -264,16 +275,17 @@ def _conv_direct(be, x, w, bias, out, t_out, f_out, kt, kf, stride_t, stride_f, 
     step = stride_f * unit if f_out > 1 else stride_t * fp * unit
     # a last tile reads past its line
     xp = be.workspace((n * tp * fp * unit + ROWS * step + unit,), np.uint32 if bf16 else np.float32)
-    _pad(x, xp, pad_t, pad_f)
+    trampoline.share(_pad_range, n * tp, x, xp, pad_t, pad_f)
+    xp[n * tp * fp * unit:] = 0
     taps = None if keep is None else keep.get(("taps", bf16))
     if taps is None:
         taps = _taps(w, kt, kf, c, bf16)
         if keep is not None:
             keep[("taps", bf16)] = taps
     offs = np.array([(a * dilation_t * fp + b) * unit for a in range(kt) for b in range(kf)], np.int64)
-    _direct(xp, tp, fp, unit, taps, offs,
-            np.zeros(COLS, np.float32) if bias is None else bias, out, t_out, f_out, stride_t,
-            stride_f, _NONE if residual is None else residual, relu)
+    trampoline.share(_direct_range, out.shape[0] // (f_out if f_out > 1 else t_out), xp, tp, fp, unit, taps,
+                     offs, np.zeros(COLS, np.float32) if bias is None else bias, out, t_out, f_out,
+                     stride_t, stride_f, _NONE if residual is None else residual, relu)
 
 
 def conv(be, x, w, bias, out, kt, kf, stride_t=1, stride_f=1, dilation_t=1, pad_t=0, pad_f=0,
@@ -302,5 +314,6 @@ def conv(be, x, w, bias, out, kt, kf, stride_t=1, stride_f=1, dilation_t=1, pad_
     tile = tile_rows(k_cols, rows)
     parts = max(1, min(config.NUMBA_NUM_THREADS, (rows + tile - 1) // tile))
     cols = be.workspace((parts, tile, k_cols))
-    _conv_parts(x, w, _NO_BIAS if bias is None else bias, out, t_out, f_out, kt, kf, stride_t, stride_f, dilation_t, pad_t,
-                pad_f, _NONE if residual is None else residual, relu, tile, cols)
+    trampoline.share(_conv_parts_range, parts, x, w, _NO_BIAS if bias is None else bias, out, t_out, f_out, kt,
+                     kf, stride_t, stride_f, dilation_t, pad_t, pad_f, _NONE if residual is None else residual,
+                     relu, tile, cols)
