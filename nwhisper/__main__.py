@@ -1,4 +1,4 @@
 """`python -m nwhisper ...`: the same command as the `nwhisper` console script."""
-from nwhisper.cli.main import cli
+from nwhisper.cli.main import main
 
-cli(prog_name="nwhisper")
+main(prog_name="nwhisper")

@@ -5,6 +5,7 @@ Each subcommand parses its options, calls the library, and prints; no model math
 
 from __future__ import annotations
 
+import gc
 import sys
 
 import click
@@ -275,5 +276,12 @@ def _register():
 _register()
 
 
-def main():
-    cli()
+def main(prog_name=None):
+    """The `nwhisper` command (the console script, `python -m nwhisper`)."""
+    try:
+        cli(prog_name=prog_name)
+    finally:
+        # Nothing is left to collect: without this the interpreter's last collection walks
+        # every object of the run (Numba's and LLVM's among them), a tenth of a second of a
+        # one-second command
+        gc.freeze()
