@@ -14,10 +14,9 @@ process's first miss a helper process (ApartCompiler) is sent the functions a fi
 in the model's compute type loads (FIRST: `python -m nwhisper.kernels` records, for each compute
 type, when a first transcription asked for each function and how long each took to compile; the
 model tells which compute type it runs, expect()) and compiles them ahead into the cache on the
-other core, in the
-order that, replayed on those times, has the process done soonest (helper_order: the decoder's
-product, 0.8 s, is asked for after the encoder has run, and is best compiled first; from the
-last function back, the helper was still compiling it when the process asked). Whoever begins
+other core, in the order that, replayed on those times, has the process done soonest
+(helper_order: a function the process asks for late, after a stretch of running, is best begun
+early, where the process would otherwise find the helper still on it). Whoever begins
 a function claims it (a file in a folder the two share), and the other does not compile it
 too: the process waits for the helper's copy to reach the cache and loads it (where
 the two met over one big function, both spent its 1.4 s). The process's exit stops the helper
@@ -278,8 +277,9 @@ for name, sig in ahead:
 
 class ApartCompiler:
     """One helper process per process, started at its first function missing from the cache and
-    sent FIRST's functions for the expected compute type to compile ahead (it imports Numba once; each compilation then costs
-    what it would have cost here); it leaves when it has been through them."""
+    sent FIRST's functions for the expected compute type to compile ahead (it imports Numba once;
+    each compilation then costs what it would have cost here); it leaves when it has been through
+    them."""
 
     _one = None
     _lock = threading.Lock()
