@@ -172,6 +172,7 @@ def cam_context_row(i, h, ctx, seg_len):
     """ctx[i] = mean over all frames of h[w] + mean over segment s's frames of h[w], w, s =
     divmod(i, S), S = ceil(T / seg_len): CAMLayer's context (its global mean plus its
     avg_pool1d(seg_len, ceil_mode) segment, the last segment the mean of the frames it has).
+    Frame by frame, so the sums run along the row (vectorised) and ctx[i] holds them.
 
     h (W, T, C) f32; ctx (W·S, C) f32.
     """
@@ -183,31 +184,41 @@ def cam_context_row(i, h, ctx, seg_len):
     t1 = min(t0 + seg_len, n_t)
     inv_all = np.float32(1.0) / np.float32(n_t)
     inv_seg = np.float32(1.0) / np.float32(t1 - t0)
-    for c in range(h.shape[2]):
-        total = np.float32(0.0)
-        for t in range(n_t):
-            total += h[w, t, c]
-        part = np.float32(0.0)
-        for t in range(t0, t1):
-            part += h[w, t, c]
-        ctx[i, c] = total * inv_all + part * inv_seg
+    out = ctx[i]
+    for c in range(out.shape[0]):
+        out[c] = np.float32(0.0)
+    for t in range(n_t):
+        row = h[w, t]
+        for c in range(out.shape[0]):
+            out[c] += row[c]
+    for c in range(out.shape[0]):
+        out[c] *= inv_all
+    for t in range(t0, t1):
+        row = h[w, t]
+        for c in range(out.shape[0]):
+            out[c] += row[c] * inv_seg
+
+
+@kernel
+def sigmoid_elem(i, x):
+    """x[i] = 1 / (1 + exp(-x[i])); flat f32, in place (CAMLayer's gates, before their mask)."""
+    x[i] = np.float32(1.0) / (np.float32(1.0) + math.exp(-x[i]))
 
 
 @kernel
 def cam_mask_row(r, y, g, dst, c0, n_t, seg_len):
-    """dst[r, c0 + c] = y[r, c] · sigmoid(g[w·S + t // seg_len, c]), (w, t) = divmod(r, n_t):
-    the local convolution's output masked by its segment's context gate, appended to the dense
-    block's concatenation.
+    """dst[r, c0 + c] = y[r, c] · g[w·S + t // seg_len, c], (w, t) = divmod(r, n_t): the local
+    convolution's output masked by its segment's context gate, appended to the dense block's
+    concatenation.
 
-    y (W·n_t, N) f32; g (W·S, N) f32 the gate's logits; dst (W·n_t, C) f32.
+    y (W·n_t, N) f32; g (W·S, N) f32 the gates (sigmoid_elem's); dst (W·n_t, C) f32.
     """
     n_seg = (n_t + seg_len - 1) // seg_len
     w = r // n_t
     t = r - w * n_t
-    gi = w * n_seg + t // seg_len
-    one = np.float32(1.0)
+    gate = g[w * n_seg + t // seg_len]
     for c in range(y.shape[1]):
-        dst[r, c0 + c] = y[r, c] * (one / (one + math.exp(-g[gi, c])))
+        dst[r, c0 + c] = y[r, c] * gate[c]
 
 
 @kernel

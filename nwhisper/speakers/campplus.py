@@ -35,7 +35,7 @@ from nwhisper.kernels import conv_tiles
 from nwhisper.kernels.matmul import linear
 from nwhisper.kernels.speaker_ops import (
     add_relu_elem, cam_context_row, cam_mask_row, im2col1d_row, im2col2d_row, put_columns_row,
-    relu_elem, scale_shift_relu_row, stats_pool_elem)
+    relu_elem, scale_shift_relu_row, sigmoid_elem, stats_pool_elem)
 from nwhisper.speakers import fbank as fb
 from nwhisper.speakers import weights
 
@@ -229,6 +229,7 @@ class CAMPPlus:
             self._linear(ctx, f"{p}.cam_layer.linear1", g1, relu=True)
             g2 = be.scratch("spk.gate2", (n * n_seg, g))
             self._linear(g1, f"{p}.cam_layer.linear2", g2)
+            be.launch(sigmoid_elem, g2.size, be.flat(g2), work=g2.size * 8)
             be.launch(cam_mask_row, rows, y, g2, cat, cin, t, SEG_LEN, work=rows * g * 4)
         p = f"xvector.transit{i}"
         h = be.scratch("spk.bnrelu", (rows, total))

@@ -14,6 +14,10 @@ the same steps run in NumPy with its FFT (_frames_host: under half the body's ti
 features within 2e-4 of the body's, both as near Kaldi's; tests/unit/test_speaker_weights.py).
 """
 
+import functools
+from concurrent.futures import ThreadPoolExecutor
+
+import numba
 import numpy as np
 
 from nwhisper.kernels.speaker_ops import center_columns, fbank_frame
@@ -91,7 +95,23 @@ def fbank(be, windows, out=None, n_mels=N_MELS, portable=False):
 
 def _frames_host(windows, out, window, filters):
     """fbank_frame's steps for every frame at once, in float64 with NumPy's FFT: out (W, T,
-    n_mels) f32, before the per-window mean is taken off."""
+    n_mels) f32, before the per-window mean is taken off. The windows are shared out among as
+    many threads as Numba's (NumPy's FFT and products let go of the GIL)."""
+    parts = min(numba.get_num_threads(), len(windows))
+    if parts > 1:
+        cuts = [len(windows) * k // parts for k in range(parts + 1)]
+        list(_pool(parts).map(lambda a, b: _frames_part(windows[a:b], out[a:b], window, filters),
+                              cuts, cuts[1:]))
+    else:
+        _frames_part(windows, out, window, filters)
+
+
+@functools.cache
+def _pool(threads):
+    return ThreadPoolExecutor(threads, thread_name_prefix="nwhisper-fbank")
+
+
+def _frames_part(windows, out, window, filters):
     frames = np.lib.stride_tricks.sliding_window_view(windows, FRAME, axis=1)[:, ::HOP]
     x = frames.astype(np.float64)
     x -= x.mean(axis=2, keepdims=True)
