@@ -12,8 +12,10 @@ Wherever it is cached, a kernel loads without Numba first readying everything a 
 With an empty cache a first transcription compiles for seconds, one function after another. At a
 process's first miss a helper process (ApartCompiler) is sent the functions a first transcription
 in the model's compute type loads (FIRST: `python -m nwhisper.kernels` records, for each compute
-type, when a first transcription asked for each function and how long each took to compile; the
-model tells which compute type it runs, expect()) and compiles them ahead into the cache on the
+type, when a first transcription asked for each function and how long each took to compile, and
+again for a first transcription that diarizes, whose speaker network runs first; the model tells
+which compute type it runs, expect(), and a command that diarizes says so before it loads one,
+expect_speakers()) and compiles them ahead into the cache on the
 other core, in the order that, replayed on those times, has the process done soonest
 (helper_order: a function the process asks for late, after a stretch of running, is best begun
 early, where the process would otherwise find the helper still on it). Whoever begins
@@ -137,6 +139,8 @@ FIRST = os.path.join(PACKAGE, "kernels", "first_functions.txt")
 HELPER_START_S = 0.6    # from a first miss to its helper's first compilation (Numba's import)
 _asked = None    # while recording(): (module:name, repr(types), when) of each function loaded
 _expected = "float32"   # the compute type whose FIRST a helper is sent (expect())
+_speakers = False       # ... its list for a transcription that diarizes (expect_speakers())
+SPEAKERS = "+speakers"  # FIRST's compute type column for those: "int8+speakers"
 
 
 def _name(py_func):
@@ -192,16 +196,34 @@ def expect(compute_type):
     _expected = compute_type
 
 
-def first_functions(compute_type=None):
-    """FIRST's lines for `compute_type` (default: the one expected) as (module:name, repr(argument
-    types), seconds from the first one's asking, seconds to compile); none where it is missing."""
-    compute_type = compute_type or _expected
+def expect_speakers():
+    """Say, before a model loads, that this process's first transcription diarizes (a command's
+    --diarize): its helper is then sent that list, the speaker network's functions first (a
+    first `--diarize` compiled them all itself while the helper finished early)."""
+    global _speakers
+    _speakers = True
+
+
+def expected():
+    """The FIRST list a helper is sent: the expected compute type, SPEAKERS appended where the
+    first transcription diarizes."""
+    return _expected + SPEAKERS * _speakers
+
+
+def first_functions(kind=None):
+    """FIRST's lines for `kind` (a compute type, or one with SPEAKERS; default: expected()) as
+    (module:name, repr(argument types), seconds from the first one's asking, seconds to compile);
+    a SPEAKERS kind that was not recorded gives its compute type's; none where it is missing."""
+    kind = kind or expected()
     try:
         with open(FIRST, encoding="utf-8") as f:
             rows = [line.rstrip("\n").split("\t") for line in f if "\t" in line]
     except OSError:
         return []
-    return [(name, sig, float(at), float(cost)) for ct, name, sig, at, cost in rows if ct == compute_type]
+    first = [(name, sig, float(at), float(cost)) for ct, name, sig, at, cost in rows if ct == kind]
+    if not first and kind.endswith(SPEAKERS):
+        return first_functions(kind[:-len(SPEAKERS)])
+    return first
 
 
 def finish(first, order, start=HELPER_START_S):

@@ -69,16 +69,19 @@ def run(model_name=DEFAULT_MODEL, compute_types=None, out=sys.stderr):
     return time.perf_counter() - t0
 
 
-def record_first(compute_type="float32"):
+def record_first(compute_type="float32", speakers=False):
     """kernel_cache.FIRST's lines for `compute_type` as this process records them: the default
-    model's default transcription of the clip, as a first `nwhisper transcribe` runs it, each
+    model's default transcription of the clip, as a first `nwhisper transcribe` runs it (with
+    `speakers`, `--diarize`'s: the lines' kind is compute_type + kernel_cache.SPEAKERS), each
     function with when it was asked for and what it took to compile (in a process that has loaded
     no kernel yet, with an empty cache and no helper: `python -m nwhisper.kernels` runs it so)."""
     from . import kernel_cache, load
 
     with kernel_cache.recording() as asked:
-        list(load(device="cpu", compute_type=compute_type).transcribe(np.array(load_audio(CLIP)))[0])
-    return "".join(f"{compute_type}\t{name}\t{types}\t{when - asked[0][2]:.2f}\t"
+        model = load(device="cpu", compute_type=compute_type)
+        list(model.transcribe(np.array(load_audio(CLIP)), diarize=speakers or None)[0])
+    kind = compute_type + kernel_cache.SPEAKERS * speakers
+    return "".join(f"{kind}\t{name}\t{types}\t{when - asked[0][2]:.2f}\t"
                    f"{kernel_cache.compile_seconds(name, types):.2f}\n" for name, types, when in asked)
 
 

@@ -34,12 +34,15 @@ class WorkerSpec:
 
 class Worker:
     def __init__(self, spec):
+        from .. import kernel_cache
         from ..api import load
 
         if spec.threads:
             import numba
             numba.set_num_threads(max(1, min(spec.threads, numba.config.NUMBA_NUM_THREADS)))
         self.spec = spec
+        if spec.options.diarize:
+            kernel_cache.expect_speakers()      # before the model's first kernel
         self.model = load(spec.model, device=spec.device, compute_type=spec.compute_type,
                           offline=spec.offline)
 

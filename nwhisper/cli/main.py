@@ -169,6 +169,7 @@ def transcribe(args, lang, task, max_tokens, timestamps, nospeech, beam, best_of
                output_dir, device, compute_type, diarize, num_speakers, min_speakers, max_speakers, offline):
     """Transcribe AUDIO files with MODEL (a name or path; default tiny.en)."""
     from .. import writers
+    from .. import kernel_cache
     from ..abilities import options
     from ..api import load
     from ..io.audio import AudioError
@@ -184,6 +185,8 @@ def transcribe(args, lang, task, max_tokens, timestamps, nospeech, beam, best_of
                        condition_on_previous_text=not no_condition, initial_prompt=prompt, hotwords=hotwords,
                        batch_size=batch_size, diarize=diarize or None, num_speakers=num_speakers,
                        min_speakers=min_speakers, max_speakers=max_speakers)
+        if diarize:
+            kernel_cache.expect_speakers()      # before the model's first kernel: its helper's list
         model = load(model_arg, device=device, compute_type=compute_type, offline=offline)
         for f in files:
             bar = _Progress(f)

@@ -1,8 +1,9 @@
 """`python -m nwhisper.kernels`: rewrite the generated launcher modules from the kernel bodies,
 then the list of cached functions a first transcription loads in each compute type this CPU runs
-(kernel_cache.FIRST), with when each was asked for and what it took to compile, each compute
-type recorded in a process of its own (the launchers as just written, nothing loaded before, an
-empty cache, no compile helper)."""
+(kernel_cache.FIRST), with when each was asked for and what it took to compile, and each again
+for a first transcription that diarizes (where the speaker weights are installed), each recorded
+in a process of its own (the launchers as just written, nothing loaded before, an empty cache,
+no compile helper)."""
 
 import os
 import subprocess
@@ -11,6 +12,7 @@ import tempfile
 
 from nwhisper import kernel_cache
 from nwhisper.kernels import _compile
+from nwhisper.speakers import weights
 
 for target in ("cpu", "cuda"):
     _compile.write(target)
@@ -18,12 +20,15 @@ for target in ("cpu", "cuda"):
 lines = []
 compute_types = subprocess.run([sys.executable, "-c", "from nwhisper.precompile import default_compute_types; "
                                 "print(*default_compute_types())"], check=True, capture_output=True, text=True).stdout
-for compute_type in compute_types.split():
-    with tempfile.TemporaryDirectory() as cache:
-        env = dict(os.environ, NUMBA_CACHE_DIR=cache, **{kernel_cache.APART: "0"})
-        lines.append(subprocess.run([sys.executable, "-c", "from nwhisper.precompile import record_first; "
-                                     f"print(record_first({compute_type!r}), end='')"],
-                                    check=True, capture_output=True, text=True, env=env).stdout)
+if weights.installed() is None:
+    print("the speaker weights are not installed: no lists for --diarize (kernel_cache.SPEAKERS)")
+for speakers in (False, True)[:1 + (weights.installed() is not None)]:
+    for compute_type in compute_types.split():
+        with tempfile.TemporaryDirectory() as cache:
+            env = dict(os.environ, NUMBA_CACHE_DIR=cache, **{kernel_cache.APART: "0"})
+            lines.append(subprocess.run([sys.executable, "-c", "from nwhisper.precompile import record_first; "
+                                         f"print(record_first({compute_type!r}, {speakers}), end='')"],
+                                        check=True, capture_output=True, text=True, env=env).stdout)
 with open(kernel_cache.FIRST, "w", encoding="utf-8") as f:
     f.write("".join(lines))
 print(f"wrote {kernel_cache.FIRST}")

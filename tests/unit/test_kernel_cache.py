@@ -138,10 +138,11 @@ def test_a_first_run_and_a_later_one_give_the_same_bits(tmp_path):
         assert first == later, compute_type
 
 
-@pytest.mark.parametrize("compute_type", ["float32", "int8"])
-def test_first_lists_what_a_first_transcription_loads(compute_type):
+@pytest.mark.parametrize("compute_type, speakers", [("float32", False), ("int8", False), ("float32", True)])
+def test_first_lists_what_a_first_transcription_loads(compute_type, speakers):
     """kernel_cache.FIRST (written by `python -m nwhisper.kernels`) lists, per compute type, the
-    cached functions that the default transcription loads, in the order it loads them, with when
+    cached functions that the default transcription loads (and one that diarizes: the speaker
+    network's first), in the order it loads them, with when
     each was asked for and what it took to compile: what the helper compiles ahead when a process
     finds the cache empty. Each names a function that exists, with types that evaluate; and it
     holds most of what this machine's first transcription loads (all of it on a CPU like the one
@@ -152,8 +153,10 @@ def test_first_lists_what_a_first_transcription_loads(compute_type):
     import paths
     from numba.core import types
 
-    first = kernel_cache.first_functions(compute_type)
+    kind = compute_type + kernel_cache.SPEAKERS * speakers
+    first = kernel_cache.first_functions(kind)
     assert len(first) >= 10
+    assert any("conv_tiles" in name for name, *_ in first) == speakers
     for name, sig, at, cost in first:
         fn = kernel_cache.function(name)
         assert repr(eval(sig, dict(vars(types), bool=types.boolean))) == sig and fn.compile, name
@@ -161,10 +164,10 @@ def test_first_lists_what_a_first_transcription_loads(compute_type):
     assert [at for _, _, at, _ in first] == sorted(at for _, _, at, _ in first)
     first = [(name, sig) for name, sig, _, _ in first]
     got = subprocess.run([sys.executable, "-c", "from nwhisper.precompile import record_first; "
-                          f"print(record_first({compute_type!r}), end='')"],
+                          f"print(record_first({compute_type!r}, {speakers}), end='')"],
                          env=paths.env(), check=True, capture_output=True, text=True, timeout=900).stdout
     here = [tuple(line.split("\t")[1:3]) for line in got.splitlines()]
-    assert {line.split("\t")[0] for line in got.splitlines()} == {compute_type}
+    assert {line.split("\t")[0] for line in got.splitlines()} == {kind}
     missing = [name for name, sig in here if (name, sig) not in first]
     assert len(missing) <= len(here) // 4, f"kernel_cache.FIRST is stale ({missing}): run `python -m nwhisper.kernels`"
 
@@ -195,6 +198,38 @@ def test_the_helper_is_sent_the_first_functions_of_the_models_compute_type(monke
     with pytest.warns(RuntimeWarning, match="bfloat16"):
         nwhisper.load("tiny.en", device="cpu", compute_type="bfloat16")
     assert seen[-1] == "float32"
+
+
+def test_a_command_that_diarizes_sends_the_helper_the_speakers_list(monkeypatch, tmp_path):
+    """`nwhisper transcribe --diarize` says so before its model loads: the helper's list is then
+    the compute type's recorded with --diarize, the speaker network's functions (which a first
+    --diarize asks for first) among them; a kind that was not recorded gives its compute type's."""
+    import paths
+    from click.testing import CliRunner
+
+    from nwhisper import api
+    from nwhisper.cli.main import cli
+
+    class Loaded(Exception):
+        pass
+
+    def load(*args, **kwargs):
+        raise Loaded(kernel_cache.expected())
+
+    monkeypatch.setattr(kernel_cache, "_expected", "float32")
+    monkeypatch.setattr(kernel_cache, "_speakers", False)
+    monkeypatch.setattr(api, "load", load)
+    wav = paths.fixture("jfk.wav")
+    result = CliRunner().invoke(cli, ["transcribe", "tiny.en", wav])
+    assert isinstance(result.exception, Loaded) and result.exception.args == ("float32",)
+    assert not any("conv_tiles" in name for name, *_ in kernel_cache.first_functions())
+    result = CliRunner().invoke(cli, ["transcribe", "--diarize", "tiny.en", wav])
+    assert isinstance(result.exception, Loaded) and result.exception.args == ("float32+speakers",)
+    names = [name for name, *_ in kernel_cache.first_functions()]
+    assert "nwhisper.kernels.conv_tiles:_direct_range" in names or "nwhisper.kernels.conv_tiles:_conv_parts_range" in names
+    assert "nwhisper.kernels.attention_fused:_attend_range" in names      # the transcription's too
+    assert kernel_cache.first_functions("no-such+speakers") == kernel_cache.first_functions("no-such") == []
+    assert kernel_cache.first_functions("bfloat16+speakers") != kernel_cache.first_functions("bfloat16")
 
 
 AHEAD = """
