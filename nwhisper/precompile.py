@@ -27,6 +27,7 @@ from .io.registry import DEFAULT_MODEL
 # 4.6 s of jfk.wav (a US-government recording, public domain; fixtures/CREDITS.md), Opus: speech
 # with a pause, so that word timings and Silero have something to find
 CLIP = os.path.join(os.path.dirname(__file__), "precompile.ogg")
+FIRST_PLAYS = 8             # 37 s of it: a second window, whose prompt's attention is another kernel
 
 # What the CLI and the server reach on a CPU: each compute type's default transcription, then the
 # options that call kernels the default does not (the rest, --timestamps among them, reuse them).
@@ -71,15 +72,17 @@ def run(model_name=DEFAULT_MODEL, compute_types=None, out=sys.stderr):
 
 def record_first(compute_type="float32", speakers=False):
     """kernel_cache.FIRST's lines for `compute_type` as this process records them: the default
-    model's default transcription of the clip, as a first `nwhisper transcribe` runs it (with
-    `speakers`, `--diarize`'s: the lines' kind is compute_type + kernel_cache.SPEAKERS), each
-    function with when it was asked for and what it took to compile (in a process that has loaded
-    no kernel yet, with an empty cache and no helper: `python -m nwhisper.kernels` runs it so)."""
+    model's default transcription of the clip played FIRST_PLAYS times over (two windows, the
+    second with the first's text as its prompt, as a user's recording has), as a first `nwhisper
+    transcribe` runs it (with `speakers`, `--diarize`'s: the lines' kind is compute_type +
+    kernel_cache.SPEAKERS), each function with when it was asked for and what it took to compile
+    (in a process that has loaded no kernel yet, with an empty cache and no helper: `python -m
+    nwhisper.kernels` runs it so)."""
     from . import kernel_cache, load
 
     with kernel_cache.recording() as asked:
         model = load(device="cpu", compute_type=compute_type)
-        list(model.transcribe(np.array(load_audio(CLIP)), diarize=speakers or None)[0])
+        list(model.transcribe(np.tile(load_audio(CLIP), FIRST_PLAYS), diarize=speakers or None)[0])
     kind = compute_type + kernel_cache.SPEAKERS * speakers
     return "".join(f"{kind}\t{name}\t{types}\t{when - asked[0][2]:.2f}\t"
                    f"{kernel_cache.compile_seconds(name, types):.2f}\n" for name, types, when in asked)
