@@ -137,6 +137,9 @@ APART = "NWHISPER_COMPILE_APART"   # "0": no helper; the process compiles all it
 # to compile
 FIRST = os.path.join(PACKAGE, "kernels", "first_functions.txt")
 HELPER_START_S = 0.6    # from a first miss to its helper's first compilation (Numba's import)
+# The helper runs this much nicer than its process: a parallel launch waits for its slowest
+# thread, so a compile that takes a core from the process's kernels delays both of its threads
+HELPER_NICE = 10
 _asked = None    # while recording(): (module:name, repr(types), when) of each function loaded
 _expected = "float32"   # the compute type whose FIRST a helper is sent (expect())
 _speakers = False       # ... its list for a transcription that diarizes (expect_speakers())
@@ -276,6 +279,10 @@ _HELPER = f"""
 import os, pickle, sys
 os.environ[{APART!r}] = "0"
 sys.path.insert(0, sys.argv[1])
+try:
+    os.nice({HELPER_NICE})
+except (AttributeError, OSError):
+    pass                    # no os.nice here: the helper runs as the process does
 from numba.core import types
 from numba.np.ufunc.parallel import _launch_threads
 from nwhisper.kernel_cache import claim, function, unclaim
