@@ -168,8 +168,7 @@ def transcribe(args, lang, task, max_tokens, timestamps, nospeech, beam, best_of
                word_timestamps, hallucination_s, vad, batch_size, no_condition, prompt, hotwords, fmt,
                output_dir, device, compute_type, diarize, num_speakers, min_speakers, max_speakers, offline):
     """Transcribe AUDIO files with MODEL (a name or path; default tiny.en)."""
-    from .. import writers
-    from .. import kernel_cache
+    from .. import kernel_cache, writers
     from ..abilities import options
     from ..api import load
     from ..io.audio import AudioError

@@ -97,13 +97,10 @@ def _frames_host(windows, out, window, filters):
     """fbank_frame's steps for every frame at once, in float64 with NumPy's FFT: out (W, T,
     n_mels) f32, before the per-window mean is taken off. The windows are shared out among as
     many threads as Numba's (NumPy's FFT and products let go of the GIL)."""
-    parts = min(numba.get_num_threads(), len(windows))
-    if parts > 1:
-        cuts = [len(windows) * k // parts for k in range(parts + 1)]
-        list(_pool(parts).map(lambda a, b: _frames_part(windows[a:b], out[a:b], window, filters),
-                              cuts, cuts[1:]))
-    else:
-        _frames_part(windows, out, window, filters)
+    parts = max(1, min(numba.get_num_threads(), len(windows)))
+    cuts = [len(windows) * k // parts for k in range(parts + 1)]
+    list(_pool(parts).map(lambda a, b: _frames_part(windows[a:b], out[a:b], window, filters),
+                          cuts, cuts[1:]))
 
 
 @functools.cache
