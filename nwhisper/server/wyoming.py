@@ -9,8 +9,8 @@ A connection (Home Assistant's Assist pipeline, a satellite, the `wyoming` packa
     → transcribe {language, name, context, vad_sensitivity, transcript_names, transcript_terms}
     → audio-start {rate, width, channels}
     → audio-chunk {rate, width, channels} + PCM   … many, at any rate, width and channel count
-    ← transcript-start {language}    ← transcript-chunk {text}   … the drafts' new stable words,
-                                                                    each with its leading space
+    ← transcript-start {language}    ← transcript-chunk {text}   … the transcript so far, each
+                                                                    replacing the one before
     ← transcript {text, language}    ← transcript-stop
     → audio-stop
 
@@ -137,7 +137,8 @@ class Connection:
         self.texts = []                  # its finals so far
         self.language = None             # the language they were heard in
         self.started = False             # its transcript-start was sent
-        self.said = {}                   # seg → the stable text sent as chunks
+        self.said = {}                   # seg → its stable draft so far
+        self.drafted = ""                # the last transcript-chunk's text
         self._slot = None
         self._held = None                # the ModelHost a transcription holds
         self.closed = False
@@ -246,7 +247,7 @@ class Connection:
                                language=self.ctx.config.language,
                                max_tokens=self.ctx.config.max_tokens,
                                tail_ms=self.ctx.config.tail_ms)
-        self.state, self.texts, self.started, self.said = AUDIO, [], False, {}
+        self.state, self.texts, self.started, self.said, self.drafted = AUDIO, [], False, {}, ""
         self.language = None
 
     def _chunk(self, e):
@@ -288,18 +289,26 @@ class Connection:
         if kind == "partial":
             said, stable = self.said.get(m["seg"], ""), m["stable"]
             if len(stable) > len(said) and stable.startswith(said):
-                self._transcript_start(None)
-                self.send("transcript-chunk", {"text": stable[len(said):]})
                 self.said[m["seg"]] = stable
+                self._draft("".join(self.texts) + stable)
         elif kind == "final" and m["text"].strip():
             self.texts.append(m["text"])
             self.language = self.language or m.get("language")
+            self._draft("".join(self.texts))        # the utterance's own words replace its draft
             if self.service.own_vad and self.state == AUDIO:
                 self._answer(m["text"], m.get("language"))     # our endpointer ends the command
                 self.state = ANSWERED
         elif "error" in m:
             self.send("error", {"text": m["error"], "code": "transcription-failed"})
         self._flush()
+
+    def _draft(self, text):
+        """A transcript-chunk: the transcript so far, which replaces the chunk before it (what
+        wyoming 1.11 made a chunk mean), sent when it changed."""
+        if text.strip() and text != self.drafted:
+            self._transcript_start(None)
+            self.send("transcript-chunk", {"text": text})
+            self.drafted = text
 
     def _transcript_start(self, language):
         if not self.started:

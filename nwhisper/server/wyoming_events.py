@@ -4,7 +4,7 @@ them alike.
 
 A frame is a JSON header on one line, then two optional blocks whose sizes the header gives:
 
-    {"type": "audio-chunk", "version": "1.10.2", "data_length": 49, "payload_length": 2048}\\n
+    {"type": "audio-chunk", "version": "1.11.0", "data_length": 49, "payload_length": 2048}\\n
     {"rate": 16000, "width": 2, "channels": 1, "timestamp": 0}      ← data_length bytes of JSON
     …2048 bytes of audio…                                            ← payload_length bytes
 
@@ -25,7 +25,7 @@ import numpy as np
 
 from ..stream.settings import MAX_RATE, MIN_RATE
 
-PROTOCOL_VERSION = "1.10.2"      # the wyoming release whose framing this matches
+PROTOCOL_VERSION = "1.11.0"      # the wyoming release whose framing this matches
 MAX_HEADER = 64 << 10            # bytes in a header line
 MAX_DATA = 1 << 20               # bytes in a data block (a transcribe with many names fits)
 MAX_PAYLOAD = 2 << 20            # bytes of audio in one chunk (65 s of 16 kHz 16-bit mono)

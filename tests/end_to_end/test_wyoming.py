@@ -137,6 +137,8 @@ def check_order(events):
     assert set(kinds[1:-2]) <= {"transcript-chunk"}, kinds
     chunks = [e.data["text"] for e in events if e.type == "transcript-chunk"]
     assert all(c.startswith(" ") and c.strip() for c in chunks), chunks
+    # each chunk is the transcript so far (wyoming 1.11): the last one is the transcript's text
+    assert not chunks or chunks[-1].strip() == transcript(events).text, (chunks, transcript(events))
     return chunks
 
 

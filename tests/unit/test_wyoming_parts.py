@@ -1,6 +1,6 @@
 """The Wyoming protocol's parts without a model: frames, events, audio, the mDNS record.
 
-Truth: the `wyoming` package (1.10) itself — its writer makes the frames our parser must read,
+Truth: the `wyoming` package (1.11) itself — its writer makes the frames our parser must read,
 its reader must read what our encoder writes, its audioop (AudioChunkConverter) is the reference
 for widths and channels, its Info/Transcribe classes parse our fields. The parser is fuzzed: any
 bytes give events or a FrameError, never another exception, and any split of a valid stream gives
