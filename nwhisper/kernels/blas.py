@@ -76,14 +76,21 @@ def available():
     if not register_symbol():
         return False
     _openblas()[1](1)       # set_num_threads
-    # One compilation, for arrays of any layout ('A'; loaded from the cache after the first
-    # run): typed by each call instead, every layout of a, b and c (C-contiguous, or column
-    # views) was a compilation of its own -- 18 on a first transcription, ~1.5 s each. What is
-    # only read is typed read-only, which writable arrays convert to (a memory-mapped
-    # checkpoint's weights and biases are read-only).
+    return True
+
+
+@functools.cache
+def _compiled():
+    """_blocks, compiled (or loaded from the cache) on the first product that needs it: a
+    transcription whose products all run on other GEMMs (gemm_f32, gemm_int8) never pays for it.
+
+    One compilation, for arrays of any layout ('A'): typed by each call instead, every layout
+    of a, b and c (C-contiguous, or column views) was a compilation of its own -- 18 on a first
+    transcription, ~1.5 s each. What is only read is typed read-only, which writable arrays
+    convert to (a memory-mapped checkpoint's weights and biases are read-only)."""
     _blocks.compile((_i64,) * 4 + _ARGS)
     _blocks.disable_compile()
-    return True
+    return _blocks
 
 
 _i32, _i64, _f32, _ptr = types.int32, types.int64, types.float32, types.voidptr
@@ -173,7 +180,8 @@ def gemm(a, b, c, trans_b=True, alpha=1.0, accumulate=False, bias=None):
     # of columns otherwise than the same columns inside a wider block, so a split that followed
     # numba.set_num_threads (a batch worker's share of the cores) would change the numbers.
     parts = min(config.NUMBA_NUM_THREADS, n) if m * n * k >= PARALLEL_MACS else 1
+    blocks = _compiled()
     if parts > 1:
-        trampoline.share(_blocks, parts, parts, a, b, c, trans_b, np.float32(alpha), beta, bias)
+        trampoline.share(blocks, parts, parts, a, b, c, trans_b, np.float32(alpha), beta, bias)
     else:
-        _blocks(0, 1, 0, 1, 1, a, b, c, trans_b, np.float32(alpha), beta, bias)
+        blocks(0, 1, 0, 1, 1, a, b, c, trans_b, np.float32(alpha), beta, bias)

@@ -68,18 +68,14 @@ def _tile(typingctx, x_addr, ldx, w_addr, k2, out_addr, ldo, rows, scale_addr, b
                                 ptr(x_addr, i8), ldx, ptr(w_addr, i8), k2, 4 * COLS, ROWS, VECS, "bf16")
         bias_p, scale_p, out_p = ptr(bias_addr, f32), ptr(scale_addr, f32), ptr(out_addr, f32)
         bias = [builder.load(L.vector_at(builder, bias_p, c(16 * j), f16x), align=4) for j in range(VECS)]
-        end = builder.append_basic_block("bf16.end")
-        for r in range(ROWS):   # rows past `rows` (the last tile of a count) are not stored
-            store = builder.append_basic_block(f"bf16.row{r}")
-            builder.cbranch(builder.icmp_signed("<", c(r), rows), store, end)
-            builder.position_at_end(store)
+
+        def store_row(r):
             scale = L.splat(builder, builder.load(builder.gep(scale_p, [c(r)])), f16x)
             for j in range(VECS):
                 at = builder.add(builder.mul(c(r), ldo), c(16 * j))
                 builder.store(builder.fadd(builder.fmul(sums[r * VECS + j], scale), bias[j]),
                               L.vector_at(builder, out_p, at, f16x), align=4)
-        builder.branch(end)
-        builder.position_at_end(end)
+        L.store_rows(builder, c(0), rows, ROWS, "bf16", store_row)    # rows past `rows`: not stored
         return context.get_dummy_value()
 
     return sig, codegen
@@ -156,12 +152,10 @@ def _gemm_range(lo, hi, spread, chunks, xb, panels, ones, bias, out):
     m_rows = out.shape[0]
     k2 = xb.shape[1]
     ldo = out.strides[0] // 4
-    row_chunks = -(-m_rows // CHUNK)
     for item in range(lo, hi):
-        p = item // row_chunks
-        chunk = item % row_chunks
+        p, first, end = trampoline.panel_rows(item, m_rows, CHUNK)
         n0 = p * COLS
-        for m0 in range(chunk * CHUNK, min((chunk + 1) * CHUNK, m_rows), ROWS):
+        for m0 in range(first, end, ROWS):
             _tile(xb[m0:].ctypes.data, 4 * k2, panels[p].ctypes.data, k2, out[m0:, n0:].ctypes.data,
                   ldo, min(ROWS, m_rows - m0), ones.ctypes.data, bias[n0:].ctypes.data)
 

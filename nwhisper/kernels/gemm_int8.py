@@ -145,11 +145,8 @@ def _tile(typingctx, x_addr, ldx, w_addr, k4, out_addr, ldo, rows, sx_addr, shif
         shift = vectors(shift_p, vi) if kind == "avx512vnni" else None   # AVX2's sums have none
         sw, bias = vectors(sw_p, vf), vectors(bias_p, vf)
         out_p, sx_p = ptr(out_addr, f32), ptr(sx_addr, f32)
-        end = builder.append_basic_block("tile.end")
-        for r in range(ROWS):   # rows past `rows` (the last tile of an odd count) are not stored
-            store = builder.append_basic_block(f"tile.row{r}")
-            builder.cbranch(builder.icmp_signed("<", c(r), rows), store, end)
-            builder.position_at_end(store)
+
+        def store_row(r):
             sx = L.splat(builder, builder.load(builder.gep(sx_p, [c(r)])), vf)
             for j in range(vecs):
                 total = sums[r * vecs + j]
@@ -158,8 +155,8 @@ def _tile(typingctx, x_addr, ldx, w_addr, k4, out_addr, ldo, rows, sx_addr, shif
                 v = builder.fadd(builder.fmul(v, builder.fmul(sx, sw[j])), bias[j])
                 at = builder.add(builder.mul(c(r), ldo), c(lanes * j))
                 builder.store(v, L.vector_at(builder, out_p, at, vf), align=4)
-        builder.branch(end)
-        builder.position_at_end(end)
+        # rows past `rows` (the last tile of an odd count) are not stored
+        L.store_rows(builder, c(0), rows, ROWS, "tile", store_row)
         return context.get_dummy_value()
 
     return sig, codegen
@@ -260,12 +257,10 @@ def _gemm_range(lo, hi, spread, chunks, xq, sx, panels, shift, sw, bias, out):
     m_rows = out.shape[0]
     k4 = xq.shape[1] // 4
     ldo = out.strides[0] // 4
-    row_chunks = -(-m_rows // CHUNK)
     for item in range(lo, hi):
-        p = item // row_chunks
-        chunk = item % row_chunks
+        p, first, end = trampoline.panel_rows(item, m_rows, CHUNK)
         n0 = p * COLS
-        for m0 in range(chunk * CHUNK, min((chunk + 1) * CHUNK, m_rows), ROWS):
+        for m0 in range(first, end, ROWS):
             _tile(xq[m0:].ctypes.data, xq.shape[1], panels[p].ctypes.data, k4,
                   out[m0:, n0:].ctypes.data, ldo, min(ROWS, m_rows - m0), sx[m0:].ctypes.data,
                   shift[n0:].ctypes.data, sw[n0:].ctypes.data, bias[n0:].ctypes.data)

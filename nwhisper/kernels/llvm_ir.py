@@ -94,3 +94,21 @@ def broadcast_tile(builder, dot, zero, a, lda, b, n, b_step, rows, vecs, name):
         a4 = splat(builder, four, i32v)
         new += [dot(acc[r * vecs + j], a4, bv[j]) for j in range(vecs)]
     return close(new)
+
+
+def store_rows(builder, first, end, rows, name, store_row):
+    """store_row(r) (which builds row r's stores) for each tile row r < `rows` with first ≤ r <
+    end (i64 values): the rows of a micro-tile that are a product's own (a tile past a product's
+    last row computes rows that are not stored)."""
+    done = builder.append_basic_block(name + ".stored")
+    for r in range(rows):
+        row, skip = builder.append_basic_block(f"{name}.row{r}"), builder.append_basic_block(f"{name}.skip{r}")
+        r_ = ir.Constant(I64, r)
+        builder.cbranch(builder.and_(builder.icmp_signed("<=", first, r_), builder.icmp_signed("<", r_, end)),
+                        row, skip)
+        builder.position_at_end(row)
+        store_row(r)
+        builder.branch(skip)
+        builder.position_at_end(skip)
+    builder.branch(done)
+    builder.position_at_end(done)

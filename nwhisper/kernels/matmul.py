@@ -18,7 +18,7 @@ import math
 
 import numpy as np
 
-from nwhisper.kernels import blas, gemm_bf16, gemm_int8, linear_tiles
+from nwhisper.kernels import blas, gemm_bf16, gemm_f32, gemm_int8, linear_tiles
 from nwhisper.kernels._compile import kernel
 from nwhisper.kernels.elementwise import add
 from nwhisper.kernels.vecmath import from_key, order_key
@@ -155,6 +155,8 @@ def variant(be, n, w):
               it runs (the same sums as linear_elem), else linear_elem
       int8    many rows on the host's int8 GEMM (a weight packed for it: gemm_int8.available)
       bf16    any rows on the host's bfloat16 GEMM (a PackedBf16: only made where it runs)
+      f32     many rows of a float32 matrix or a HalfRows on the host's float32 GEMM where it
+              runs (gemm_f32.takes)
       blas    the host's float32 BLAS: a float32 matrix, a HalfRows widened, or an Int8Weight's
               rows dequantised where the CPU has no int8 GEMM (dense)
       device  a device backend: its own GEMM where it has one (be.gemm_fast), else linear_elem;
@@ -173,7 +175,9 @@ def variant(be, n, w):
             return "rows", w
     if not be.on_host:
         return "device", w
-    return ("rows" if w.dtype == np.uint16 else "blas"), w
+    if w.dtype == np.uint16:
+        return "rows", w
+    return ("f32" if gemm_f32.takes(n, w) else "blas"), w
 
 
 def linear(be, x, w, bias, out, ln=None):
@@ -210,6 +214,9 @@ def _product(be, x, w, bias, out, ln, accumulate):
             gemm_bf16.gemm(x, w, bias, target, be.scratch)
         if accumulate:
             add(be, out, target, out)
+    elif how == "f32" and out.strides[1] == 4:
+        gemm_f32.gemm(x if x.strides[1] == 4 else np.ascontiguousarray(x),
+                      w.bits if isinstance(w, HalfRows) else w, bias, out, accumulate, be.scratch)
     else:
         be.host(blas.gemm, x, dense(be, w), out, True, 1.0, accumulate, bias)
 

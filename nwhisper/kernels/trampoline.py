@@ -202,6 +202,16 @@ def spread_address():
     return _SPREAD[0]
 
 
+@njit(inline="always")
+def panel_rows(item, m_rows, chunk_rows):
+    """(panel, first row, end row) of a CPU GEMM's work item: a product's items are (64-column
+    panel, chunk of rows) pairs, panel-major, so a thread's consecutive items share a panel
+    (it stays in L2) while their rows stream past."""
+    row_chunks = -(-m_rows // chunk_rows)
+    first = item % row_chunks * chunk_rows
+    return item // row_chunks, first, min(first + chunk_rows, m_rows)
+
+
 def share(ranged, count, *args):
     """ranged over [0, count) on Numba's threads, one block a thread."""
     ranged(0, count, spread_address(), numba.get_num_threads(), *args)

@@ -237,7 +237,7 @@ import glob, os, sys, time
 import numpy as np
 from nwhisper import kernel_cache
 names = ("nwhisper.kernels.attention_fused:_attend_range", "nwhisper.kernels.trampoline:spread",
-         "nwhisper.kernels.widen:_widen_range", "nwhisper.kernels.blas:_blocks")
+         "nwhisper.kernels.gemm_f32:_gemm_range", "nwhisper.kernels.blas:_blocks")
 first = sorted((line for line in kernel_cache.first_functions("float32") if line[0] in names),
                key=lambda line: names.index(line[0]))
 assert len(first) == 4
@@ -250,7 +250,7 @@ helper = kernel_cache.ApartCompiler.get().proc
 t, nice = time.time(), None
 while not all(glob.glob(os.path.join(sys.argv[1], "**", name), recursive=True)
               for name in ("attention_fused._attend_range-*.nbi", "trampoline.spread-*.nbi",
-                           "widen._widen_range-*.nbi", "blas._blocks-*.nbi")):
+                           "gemm_f32._gemm_range-*.nbi", "blas._blocks-*.nbi")):
     assert time.time() - t < 120, "what was sent ahead never reached the cache"
     if nice is None and glob.glob(os.path.join(sys.argv[1], "**", "*.nbi"), recursive=True):
         nice = os.getpriority(os.PRIO_PROCESS, helper.pid)    # compiling: niced by now
@@ -258,8 +258,8 @@ while not all(glob.glob(os.path.join(sys.argv[1], "**", name), recursive=True)
 if sys.argv[2] == "float32":        # the first run, into an empty cache: seen compiling
     assert nice == os.getpriority(os.PRIO_PROCESS, 0) + kernel_cache.HELPER_NICE, nice
 assert kernel_cache.ApartCompiler.get().proc.wait(timeout=120) == 0, "the helper failed"
-from nwhisper.kernels import attention_fused, trampoline, widen
-assert not (trampoline.spread.overloads or widen._widen_range.overloads
+from nwhisper.kernels import attention_fused, gemm_f32, trampoline
+assert not (trampoline.spread.overloads or gemm_f32._gemm_range.overloads
             or attention_fused._attend_range.overloads), "compiled here"
 """
 
@@ -268,7 +268,7 @@ def test_an_empty_cache_has_the_helper_compile_first_ahead(tmp_path):
     """At a process's first cache miss (a serial launcher here) its helper is sent FIRST's
     functions and compiles them into the cache before anyone asks, whatever their order: here
     the fused attention first, which calls Numba's get_thread_id, then the shared parallel loop,
-    a serial function and a BLAS loop, whose call into OpenBLAS the helper registers before it
+    the float32 GEMM's items (an LLVM intrinsic) and a BLAS loop, whose call into OpenBLAS the helper registers before it
     compiles anything (without it LLVM aborted the helper). Then, in a second process that
     misses another function, the helper finds them in the cache and loads them: the fused
     attention loaded before Numba's threading layer was running aborted the helper, printing

@@ -17,8 +17,8 @@ import pytest
 
 from nwhisper import backend
 from nwhisper import kernels as K
-from nwhisper.kernels import (_compile, attention_blocked, attention_fused, gemm_bf16, gemm_int8,
-                              linear_tiles, matmul)
+from nwhisper.kernels import (_compile, attention_blocked, attention_fused, gemm_bf16, gemm_f32,
+                              gemm_int8, linear_tiles, matmul)
 from nwhisper.kernels.matmul import GEMV_ROWS, linear_elem, quantize_int8
 
 # The module, not the op that nwhisper.kernels re-exports under the same name.
@@ -426,6 +426,61 @@ def test_bfloat16_weights(be, rng, monkeypatch):
     w = be.weight_bf16(a)
     assert isinstance(w, matmul.HalfRows) and matmul.variant(be, 40, w)[0] == "blas"
 
+
+
+needs_f32_gemm = pytest.mark.skipif(
+    not gemm_f32.available(), reason="the float32 GEMM needs AVX-512 and Numba compiling for this CPU")
+
+
+@needs_f32_gemm
+@pytest.mark.parametrize("m,k,n", [(1500, 384, 64), (64, 40, 128), (67, 131, 192), (130, 1152, 384)])
+@pytest.mark.parametrize("wdtype", [np.float16, np.float32])
+@pytest.mark.parametrize("accumulate", [False, True])
+def test_gemm_f32(be, rng, m, k, n, wdtype, accumulate):
+    """The float32 GEMM (many rows on AVX-512) = the exact product within float32 sums' rounding,
+    and = linear_elem, the portable body, within two float32 sums' difference. Weights from
+    float16 bits (a checkpoint's, widened as they are packed) and float32; rows not a multiple of
+    the tile's 6 (the last tile starts earlier and stores only its own rows: with `accumulate`
+    none is added twice), an odd K, the result in a column slice of a wider buffer, a bias."""
+    x, w, bias = rand(rng, m, k), (rand(rng, n, k) * np.float32(0.05)).astype(wdtype), rand(rng, n)
+    big = np.full((m, n + 64), np.float32(7))
+    out = big[:, 32:32 + n]
+    start = rand(rng, m, n)
+    out[:] = start
+    gemm_f32.gemm(x, w.view(np.uint16) if wdtype == np.float16 else w, bias, out, accumulate,
+                  lambda name, shape, dtype: np.empty(shape, dtype))
+    assert (big[:, :32] == 7).all() and (big[:, 32 + n:] == 7).all()
+    wf = w.astype(np.float64)
+    exact = x @ wf.T + bias + (start if accumulate else 0)
+    bound = (np.abs(x) @ np.abs(wf).T + np.abs(bias) + np.abs(start)) * (k + 2) * 2.0 ** -24
+    assert np.all(np.abs(out - exact) <= bound), f"max |Δ| = {np.abs(out - exact).max():.3g}"
+    body = start.copy() if accumulate else np.empty((m, n), np.float32)
+    be.launch(linear_elem, n, x, w.astype(np.float32), np.zeros(0, np.float32), bias, body, m, k,
+              accumulate)
+    check("float32 GEMM vs linear_elem", out, body)
+
+
+def test_float32_products_take_the_gemm(be, rng, monkeypatch):
+    """matmul.variant: a float32 matrix or a HalfRows times MIN_ROWS rows or more is gemm_f32's
+    where it runs (K.linear and K.linear_add alike give its floats); fewer rows, a width not a
+    multiple of 64, or a CPU without AVX-512 (patched off here) stay on BLAS."""
+    m = gemm_f32.MIN_ROWS
+    x, a, bias = rand(rng, m, 96), rand(rng, 128, 96).astype(np.float16), rand(rng, 128)
+    w = be.weight_rows(a)
+    assert isinstance(w, matmul.HalfRows)
+    if gemm_f32.available():
+        assert [matmul.variant(be, r, v)[0] for r, v in ((m, w), (m, be.weight(a)))] == ["f32"] * 2
+        direct, out = np.empty((m, 128), np.float32), np.empty((m, 128), np.float32)
+        gemm_f32.gemm(x, w.bits, bias, direct, False, be.scratch)
+        K.linear(be, x, w, bias, out)
+        assert np.array_equal(out, direct)
+        added = np.ones((m, 128), np.float32)
+        K.linear_add(be, x, w, bias, added)
+        assert np.array_equal(added, direct + 1)
+    assert matmul.variant(be, m - 1, w)[0] == "blas"
+    assert matmul.variant(be, m, be.weight_rows(a[:100]))[0] == "blas"
+    monkeypatch.setattr(gemm_f32, "available", lambda: False)
+    assert matmul.variant(be, m, w)[0] == "blas"
 
 INT8_TILE_PROBE = """
 import sys
