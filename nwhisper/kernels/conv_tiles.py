@@ -15,14 +15,16 @@ frequency; a 1-D convolution is k_f = 1 over one frequency bin. The columns are 
 order, (k_t, k_f, channel), so the same weights serve both; tested against the bodies
 (tests/unit/test_kernels.py, test_speaker_conv_tiles_match_the_bodies).
 
-With AVX-512, the convolutions with 32 outputs and a kernel wider than one point (all but the
-TDNN and the 1 × 1 shortcuts) skip the columns: a micro-tile (LLVM IR in a Numba intrinsic, as gemm_bf16's) keeps 12 output positions ×
-32 channels in registers and reads the (zero-padded) input in place, tap by tap: the positions
-of a tile are consecutive along one axis, so each tap's inputs are at a fixed stride. OpenBLAS's
-kernels do little with a product only 32 columns wide; this one runs the front end's 3 × 3
-convolutions 1.4-1.9 times as fast. Where the CPU also has AVX-512 BF16 and the caller asks
-(a speaker network beside an int8 or bfloat16 model), the padded input holds the channels as
-bfloat16 pairs and `vdpbf16ps` multiplies a pair in each lane: half the bytes and twice the
+With AVX-512, the convolutions whose outputs come in 32s (all of CAM++'s) skip the columns:
+a micro-tile (LLVM IR in a Numba intrinsic, as gemm_bf16's) keeps 10 output positions × 32
+channels in registers and reads the (zero-padded) input in place, tap by tap: the positions
+of a tile are consecutive along one axis, so each tap's inputs are at a fixed stride (ten
+divides the front end's lines of 40, 20 and 10 frequencies), and the epilogue (bias, shortcut,
+ReLU) is applied before the sums leave the registers. Wider outputs run 32 at a time over the
+same inputs. OpenBLAS's kernels do little with a product only 32 columns wide; this one runs the
+front end's 3 × 3 convolutions 1.4-1.9 times as fast. Where the CPU also has AVX-512 BF16 and
+the caller asks (a speaker network beside an int8 or bfloat16 model), the padded input holds the
+channels as bfloat16 pairs and `vdpbf16ps` multiplies a pair in each lane: half the bytes and twice the
 multiply-adds an instruction, ~2 × float32's speed (float32 sums, as gemm_bf16's).
 """
 
@@ -40,8 +42,12 @@ from nwhisper.kernels.vecmath import bf16 as bf16_of
 from nwhisper.kernels.vecmath import bf16_array
 
 TILE_BYTES = 1 << 18    # a tile's columns: 256 KB, inside any x86 core's L2 beside the weights
-ROWS = 12               # output positions per micro-tile: 12 × 2 accumulators, 2 weight vectors
+ROWS = 10               # output positions per micro-tile: 10 × 2 accumulators, 2 weight vectors
 COLS = 32               # its output channels: two 16-lane vectors
+# the distances between a tile's positions, in elements of the padded input, that CAM++'s
+# convolutions take: 1-channel frequencies (its first); 32 channels as bfloat16 pairs or floats,
+# frequency stride 1 or 2; 128 channels as pairs or floats along time (the CAM layers')
+STEPS = (1, 16, 32, 64, 128)
 
 
 def available():
@@ -62,18 +68,20 @@ def bf16_available():
 
 
 @intrinsic
-def _tile(typingctx, x_addr, lda, offs_addr, taps, w_addr, c, out_addr, ldo, rows, bias_addr, unit):
-    """out[r, o] = Σ_tap Σ_ch x[r·lda + offs[tap] + ch] · w[tap, ch, o] + bias[o] for r < rows
-    (≤ ROWS), o < COLS; out, bias f32 addresses, offs i64. `unit`, an element of x, picks the
+def _tile(typingctx, x_addr, lda, offs_addr, taps, w_addr, c, out_addr, ldo, rows, bias_addr, res_addr,
+          relu, unit):
+    """out[r, o] = Σ_tap Σ_ch x[r·lda + offs[tap] + ch] · w[tap, ch, o] + bias[o] (+ res[r, o])
+    (ReLU) for r < rows (≤ ROWS), o < COLS; out, bias and res (0: none; out's row stride) f32
+    addresses, offs i64. `unit`, an element of x, picks the
     arithmetic by its type: float32, x and w f32 and an FMA per channel (strides in floats);
     uint32, x's channels in bfloat16 pairs (lda, offs and c counted in pairs), w (tap, pair, o, 2)
     bfloat16, `vdpbf16ps` multiplying a pair in each lane (float32 sums)."""
     sig = types.void(types.uintp, types.intp, types.uintp, types.intp, types.uintp, types.intp,
-                     types.uintp, types.intp, types.intp, types.uintp, unit)
+                     types.uintp, types.intp, types.intp, types.uintp, types.uintp, types.boolean, unit)
     pairs = unit == types.uint32
 
     def codegen(context, builder, signature, args):
-        x_addr, lda, offs_addr, taps, w_addr, c, out_addr, ldo, rows, bias_addr, _ = args
+        x_addr, lda, offs_addr, taps, w_addr, c, out_addr, ldo, rows, bias_addr, res_addr, relu, _ = args
         f32, i64 = ir.FloatType(), ir.IntType(64)
         vec = ir.VectorType(f32, 16)
         elem = ir.IntType(32) if pairs else f32
@@ -88,30 +96,74 @@ def _tile(typingctx, x_addr, lda, offs_addr, taps, w_addr, c, out_addr, ldo, row
         at = lambda addr, t=f32: builder.inttoptr(addr, t.as_pointer())  # noqa: E731
         x, w, out, bias = at(x_addr, elem), at(w_addr, elem), at(out_addr), at(bias_addr)
         offs = builder.inttoptr(offs_addr, i64.as_pointer())
-        tap, sums, close_tap = L.counted_loop(builder, taps, 1, [ir.Constant(vec, None)] * (2 * ROWS),
-                                              "conv.tap")
-        off = builder.load(builder.gep(offs, [tap]))
-        w_tap = builder.mul(builder.mul(tap, c), k(COLS))
-        ch, acc, close_ch = L.counted_loop(builder, c, 1, sums, "conv.ch")
-        w_row = builder.add(w_tap, builder.mul(ch, k(COLS)))
-        wv = [builder.load(L.vector_at(builder, w, builder.add(w_row, k(16 * j)), wvec), align=4)
-              for j in range(2)]
-        new = []
-        for r in range(ROWS):
-            a = builder.load(builder.gep(x, [builder.add(builder.add(builder.mul(k(r), lda), off), ch)]))
-            a = L.splat(builder, a, wvec)
-            new += [madd(a, wv[j], acc[2 * r + j]) for j in range(2)]
-        sums = close_tap(close_ch(new))
+
+        def taps_loop(step):
+            """The sums over every tap and channel, rows `step` (an i64) elements apart."""
+            tap, sums, close_tap = L.counted_loop(builder, taps, 1, [ir.Constant(vec, None)] * (2 * ROWS),
+                                                  "conv.tap")
+            off = builder.load(builder.gep(offs, [tap]))
+            w_tap = builder.mul(builder.mul(tap, c), k(COLS))
+            ch, acc, close_ch = L.counted_loop(builder, c, 1, sums, "conv.ch")
+            w_row = builder.add(w_tap, builder.mul(ch, k(COLS)))
+            wv = [builder.load(L.vector_at(builder, w, builder.add(w_row, k(16 * j)), wvec), align=4)
+                  for j in range(2)]
+            at = builder.add(off, ch)
+            new = []
+            for r in range(ROWS):
+                a = builder.load(builder.gep(x, [builder.add(builder.mul(k(r), step), at)]))
+                a = L.splat(builder, a, wvec)
+                new += [madd(a, wv[j], acc[2 * r + j]) for j in range(2)]
+            return close_tap(close_ch(new))
+
+        # Each of the steps CAM++'s convolutions take gets a loop of its own: with the rows at
+        # constant distances one register addresses all twelve (a runtime step kept twelve
+        # addresses, more than the registers, and spilled them at every channel).
+        joined = builder.append_basic_block("conv.joined")
+        generic = builder.append_basic_block("conv.step")
+        switch = builder.switch(lda, generic)
+        ends = []
+        for step in (None,) + STEPS:
+            if step is None:
+                builder.position_at_end(generic)
+            else:
+                case = builder.append_basic_block(f"conv.step{step}")
+                switch.add_case(k(step), case)
+                builder.position_at_end(case)
+            ends.append((taps_loop(lda if step is None else k(step)), builder.block))
+            builder.branch(joined)
+        builder.position_at_end(joined)
+        sums = []
+        for i in range(2 * ROWS):
+            phi = builder.phi(vec)
+            for values, block in ends:
+                phi.add_incoming(values[i], block)
+            sums.append(phi)
         b = [builder.load(L.vector_at(builder, bias, k(16 * j), vec), align=4) for j in range(2)]
+        zero = ir.Constant(vec, None)
+        maxnum = L.declare(builder, "llvm.maxnum.v16f32", vec, [vec, vec])
         end = builder.append_basic_block("conv.end")
-        for r in range(ROWS):   # positions past `rows` (a line's last tile) are not stored
-            store = builder.append_basic_block(f"conv.row{r}")
-            builder.cbranch(builder.icmp_signed("<", k(r), rows), store, end)
-            builder.position_at_end(store)
-            for j in range(2):
-                o = builder.add(builder.mul(k(r), ldo), k(16 * j))
-                builder.store(builder.fadd(sums[2 * r + j], b[j]), L.vector_at(builder, out, o, vec), align=4)
-        builder.branch(end)
+
+        def store_rows(res):
+            for r in range(ROWS):   # positions past `rows` (a line's last tile) are not stored
+                store = builder.append_basic_block(f"conv.row{r}")
+                builder.cbranch(builder.icmp_signed("<", k(r), rows), store, end)
+                builder.position_at_end(store)
+                for j in range(2):
+                    o = builder.add(builder.mul(k(r), ldo), k(16 * j))
+                    v = builder.fadd(sums[2 * r + j], b[j])
+                    if res is not None:
+                        v = builder.fadd(v, builder.load(L.vector_at(builder, res, o, vec), align=4))
+                    v = builder.select(relu, builder.call(maxnum, [v, zero]), v)
+                    builder.store(v, L.vector_at(builder, out, o, vec), align=4)
+            builder.branch(end)
+
+        # the epilogue while the sums are in registers: the shortcut of a residual block, the ReLU
+        with_res, without = (builder.append_basic_block(f"conv.{n}") for n in ("res", "nores"))
+        builder.cbranch(builder.icmp_unsigned("!=", res_addr, ir.Constant(res_addr.type, 0)), with_res, without)
+        builder.position_at_end(with_res)
+        store_rows(at(res_addr))
+        builder.position_at_end(without)
+        store_rows(None)
         builder.position_at_end(end)
         return context.get_dummy_value()
 
@@ -226,7 +278,6 @@ def _direct_range(lo, hi, spread, chunks, xp, tp, fp, c, taps, offs, bias, out, 
     if spread:
         trampoline.shared(spread, chunks, lo, hi)
         return
-    n_out = out.shape[1]
     ldo = out.strides[0] // 4
     along_f = f_out > 1
     length = f_out if along_f else t_out
@@ -242,16 +293,12 @@ def _direct_range(lo, hi, spread, chunks, xp, tp, fp, c, taps, offs, bias, out, 
             base = line * tp * fp * c
         r0 = line * length
         for p0 in range(0, length, ROWS):
-            _tile(xp[base + p0 * step:].ctypes.data, step, offs.ctypes.data, offs.shape[0],
-                  taps.ctypes.data, c, out[r0 + p0:].ctypes.data, ldo, min(ROWS, length - p0),
-                  bias.ctypes.data, xp[0])
-        if residual.shape[0] or relu:
-            for r in range(r0, r0 + length):
-                for o in range(n_out):
-                    v = out[r, o]
-                    if residual.shape[0]:
-                        v += residual[r, o]
-                    out[r, o] = max(v, np.float32(0.0)) if relu else v
+            for g in range(taps.shape[0]):      # each COLS outputs, over the same inputs in cache
+                o = g * COLS
+                _tile(xp[base + p0 * step:].ctypes.data, step, offs.ctypes.data, offs.shape[0],
+                      taps[g].ctypes.data, c, out[r0 + p0, o:].ctypes.data, ldo, min(ROWS, length - p0),
+                      bias[o:].ctypes.data, residual[r0 + p0, o:].ctypes.data if residual.shape[0] else 0,
+                      relu, xp[0])
 
 
 _NO_BIAS = np.empty((0,), np.float32)
@@ -259,17 +306,20 @@ _NONE = np.empty((0, 0), np.float32)
 
 
 def _taps(w, kt, kf, c, bf16):
-    """w (COLS, kt·kf·C) as the micro-tile reads it: (tap, C, out) f32, or with bf16 (tap, C/2,
-    out, 2) bfloat16 pairs (uint32)."""
-    taps = w.reshape(COLS, kt * kf, c).transpose(1, 2, 0)
+    """w (groups·COLS, kt·kf·C) as the micro-tile reads it: per group of COLS outputs (tap, C,
+    out) f32, or with bf16 (tap, C/2, out, 2) bfloat16 pairs (uint32)."""
+    groups = w.shape[0] // COLS
+    taps = w.reshape(groups, COLS, kt * kf, c).transpose(0, 2, 3, 1)
     if bf16:
-        taps = bf16_array(taps.reshape(kt * kf, c // 2, 2, COLS).transpose(0, 1, 3, 2)).view(np.uint32)
+        taps = bf16_array(taps.reshape(groups, kt * kf, c // 2, 2, COLS).transpose(0, 1, 2, 4, 3)).view(np.uint32)
     return np.ascontiguousarray(taps)
 
 
 def _conv_direct(be, x, w, bias, out, t_out, f_out, kt, kf, stride_t, stride_f, dilation_t,
                  pad_t, pad_f, residual, relu, bf16, keep):
     n, t_in, f_in, c = x.shape
+    if residual is not None and residual.strides != out.strides:
+        raise ValueError("conv: the micro-tile reads the shortcut at out's strides")
     unit = c // 2 if bf16 else c    # bfloat16: channels in pairs, x's and w's
     tp, fp = t_in + 2 * pad_t, f_in + 2 * pad_f
     step = stride_f * unit if f_out > 1 else stride_t * fp * unit
@@ -284,7 +334,7 @@ def _conv_direct(be, x, w, bias, out, t_out, f_out, kt, kf, stride_t, stride_f, 
             keep[("taps", bf16)] = taps
     offs = np.array([(a * dilation_t * fp + b) * unit for a in range(kt) for b in range(kf)], np.int64)
     trampoline.share(_direct_range, out.shape[0] // (f_out if f_out > 1 else t_out), xp, tp, fp, unit, taps,
-                     offs, np.zeros(COLS, np.float32) if bias is None else bias, out, t_out, f_out,
+                     offs, np.zeros(w.shape[0], np.float32) if bias is None else bias, out, t_out, f_out,
                      stride_t, stride_f, _NONE if residual is None else residual, relu)
 
 
@@ -306,8 +356,7 @@ def conv(be, x, w, bias, out, kt, kf, stride_t=1, stride_f=1, dilation_t=1, pad_
     rows, k_cols = n * t_out * f_out, kt * kf * c
     if out.shape != (rows, w.shape[0]) or w.shape[1] != k_cols:
         raise ValueError(f"conv: x {x.shape}, w {w.shape} and out {out.shape} do not agree")
-    # the micro-tile for kernels wider than a point (a 1 × 1 convolution's columns are its input)
-    if w.shape[0] == COLS and kt * kf > 1 and (f_out > 1 or f_in == 1) and direct_available():
+    if w.shape[0] % COLS == 0 and (f_out > 1 or f_in == 1) and direct_available():
         _conv_direct(be, x, w, bias, out, t_out, f_out, kt, kf, stride_t, stride_f, dilation_t,
                      pad_t, pad_f, residual, relu, bf16 and c % 2 == 0 and bf16_available(), keep)
         return

@@ -156,8 +156,14 @@ def test_conv1d(be, rng, t_in, c_in, c_out, stride, wdtype):
 
 
 # CAM++'s convolutions: (W, T, F, C, C_out, k, stride, dilation, two_d), its shapes made small;
-# those with 32 outputs are the micro-tile's (conv_tiles.COLS), lines longer than its 12 rows too
-SPEAKER_CONVS = [(2, 9, 12, 1, 8, 3, 1, 1, True), (2, 9, 12, 5, 8, 3, 2, 1, True),
+# those with outputs in 32s are the micro-tile's (conv_tiles.COLS), lines longer than its rows
+# too; those with 32 or 128 channels take its loops for constant steps (conv_tiles.STEPS): the
+# front end's 3 × 3 and 1 × 1 shortcut (stride 1 and 2), the CAM layers' (dilated), and the
+# TDNN's, two groups of outputs
+SPEAKER_CONVS = [(1, 5, 14, 32, 32, 3, 1, 1, True), (1, 5, 14, 32, 32, 3, 2, 1, True),
+                 (1, 4, 13, 32, 32, 1, 2, 1, True), (2, 13, 1, 128, 32, 3, 1, 2, False),
+                 (2, 11, 1, 20, 64, 5, 2, 1, False),
+                 (2, 9, 12, 1, 8, 3, 1, 1, True), (2, 9, 12, 5, 8, 3, 2, 1, True),
                  (3, 7, 5, 4, 8, 1, 2, 1, True), (2, 11, 1, 6, 8, 5, 2, 1, False),
                  (2, 13, 1, 16, 4, 3, 1, 2, False), (1, 600, 1, 8, 4, 3, 1, 1, False),
                  (2, 9, 12, 1, 32, 3, 1, 1, True), (2, 9, 12, 5, 32, 3, 2, 1, True),
@@ -188,7 +194,7 @@ def test_speaker_conv_tiles_match_the_bodies(be, rng, monkeypatch, n, t, f, c, c
     pad = (k - 1) // 2 * dilation
     x = rand(rng, n, t, f, c)
     w, b = rand(rng, c_out, k * (k if two_d else 1) * c), rand(rng, c_out) if with_bias else None
-    paired = path == "direct_bf16" and c % 2 == 0 and c_out == conv_tiles.COLS and k > 1
+    paired = path == "direct_bf16" and c % 2 == 0 and c_out % conv_tiles.COLS == 0
     if paired:      # the bodies take the operands the pairs hold
         rounded = lambda a: (np.vectorize(bf16)(a).astype(np.uint32) << 16).view(np.float32)  # noqa: E731
         x_ref, w_ref = rounded(x), rounded(w)
@@ -215,7 +221,7 @@ def test_speaker_conv_tiles_match_the_bodies(be, rng, monkeypatch, n, t, f, c, c
                         pad_f=pad if two_d else 0, residual=short, relu=residual,
                         bf16=path == "direct_bf16", keep=kept)
         check("conv_tiles", got, want)
-    assert bool(kept) == (path != "blas" and c_out == conv_tiles.COLS and k > 1)
+    assert bool(kept) == (path != "blas" and c_out % conv_tiles.COLS == 0)
 
 
 @pytest.mark.parametrize("n,i,o", [(1, 8, 4), (5, 64, 96), (1, 384, 1536), (300, 384, 384)])
