@@ -3,8 +3,9 @@
 The network is tiny (about 0.7 M multiply-adds a chunk) and sequential from one chunk to the
 next, so one work item runs all of it for one stream: on the CPU a single call is faster than a
 launch per layer, and on CUDA many streams run side by side, one thread each. Only its LSTM
-carries state, though: a whole recording's chunks are encoded side by side, one item each, and
-then one item runs the LSTM through them in order (the body's phases 1 and 2).
+carries state, though: a whole recording's chunks are encoded side by side, one item each, with
+the LSTM's product with its input (which needs no state), and then one item runs the LSTM
+through them in order (the body's phases 1 and 2).
 
 Reference: silero-vad 6.x `silero_vad.onnx` (16 kHz branch); its graph, as fixtures/export_silero.py reads it:
     x = context[64] ++ chunk[512], reflect-padded right by 64   -> 640 samples
@@ -42,8 +43,9 @@ def silero_chunk(s, x, ctx, h, c, prob, basis, w0, b0, w1, b1, w2, b2, w3, b3,
 
     A recording's consecutive chunks of one stream, in two launches (the same arithmetic):
     phase 1, item s = chunk s of x (N, 512) with ctx[s] the 64 samples before it: the encoder
-    alone, into a3[s] (the encoders of all chunks side by side); then phase 2, one item, s = 0:
-    the LSTM over a3[0 .. n_chunks) in order from state h[0], c[0], prob[t] for each chunk t.
+    and the LSTM's product with its output, into gates[s, 0] (all chunks side by side); then
+    phase 2, one item, s = 0: the LSTM through gates[0 .. n_chunks, 0] in order from state h[0],
+    c[0], prob[t] for each chunk t.
 
     Weights: basis (256, 258) the STFT's rows transposed
     (129 Hann * cos, then 129 Hann * -sin); w0 (129, 3, 128), w1 (128, 3, 64), w2 (64, 3, 64),
@@ -136,27 +138,31 @@ def silero_chunk(s, x, ctx, h, c, prob, basis, w0, b0, w1, b1, w2, b2, w3, b3,
                    + (((lanes[s, 4, o] + lanes[s, 5, o]) + lanes[s, 6, o]) + lanes[s, 7, o]))
             acc += b3[o]
             a3[s, o] = zero if acc < zero else acc
+        # the LSTM's product with its input: no state in it, so beside the encoder
+        for g in range(512):
+            gates[s, 0, g] = zero
+        for i in range(128):
+            v = a3[s, i]
+            for g in range(512):
+                gates[s, 0, g] += wih[i, g] * v
         if phase == 1:
             return
     first = s if phase == 0 else 0
     for chunk in range(first, first + (1 if phase == 0 else n_chunks)):
-        # LSTM cell, gates i, f, g, o
+        # LSTM cell, gates i, f, g, o: the input's product (gates[chunk, 0]) + the state's
         for g in range(512):
-            gates[s, 0, g] = zero
             gates[s, 1, g] = zero
         for i in range(128):
-            v = a3[chunk, i]
             u = h[s, i]
             for g in range(512):
-                gates[s, 0, g] += wih[i, g] * v
                 gates[s, 1, g] += whh[i, g] * u
         for g in range(512):
-            gates[s, 0, g] = gates[s, 0, g] + gates[s, 1, g] + bias[g]
+            gates[chunk, 0, g] = gates[chunk, 0, g] + gates[s, 1, g] + bias[g]
         for i in range(128):
-            ig = one / (one + math.exp(-gates[s, 0, i]))
-            fg = one / (one + math.exp(-gates[s, 0, 128 + i]))
-            gg = math.tanh(gates[s, 0, 256 + i])
-            og = one / (one + math.exp(-gates[s, 0, 384 + i]))
+            ig = one / (one + math.exp(-gates[chunk, 0, i]))
+            fg = one / (one + math.exp(-gates[chunk, 0, 128 + i]))
+            gg = math.tanh(gates[chunk, 0, 256 + i])
+            og = one / (one + math.exp(-gates[chunk, 0, 384 + i]))
             cn = fg * c[s, i] + ig * gg
             hn = og * math.tanh(cn)
             c[s, i] = cn

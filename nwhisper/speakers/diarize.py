@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..vad.regions import VadOptions, speech_regions
+from ..vad.silero import Silero
 from .cluster import cluster, nearest
 
 SAMPLE_RATE = 16000
@@ -62,12 +63,13 @@ class Diarizer:
         from .fetch import find
 
         self.net = CAMPPlus(be, find(weights_path, download), compute_type=compute_type)
+        self.vad = Silero(self.net.be)   # kept: its buffers for a recording's chunks are made once
 
     def __call__(self, samples, num_speakers=None, min_speakers=None, max_speakers=None, regions=None):
         """samples: 16 kHz mono float32; regions: [(start, end)] in samples (default Silero's)."""
         samples = np.asarray(samples, np.float32)
         if regions is None:
-            regions = speech_regions(samples, opts=REGIONS)
+            regions = speech_regions(samples, self.vad, opts=REGIONS)
         spans = windows(regions)
         if not spans:
             return []

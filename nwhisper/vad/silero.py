@@ -17,6 +17,7 @@ The tensors were exported once from the package's silero_vad.onnx by fixtures/ex
 (MIT, LICENSE.silero beside them); the STFT basis is computed here, not stored.
 """
 
+import functools
 import os
 
 import numpy as np
@@ -50,8 +51,10 @@ def weights_available(path=WEIGHTS):
     return os.path.exists(path)
 
 
+@functools.cache      # a detector is made per recording: reading the file took ~9 ms each time
 def load_weights(path=WEIGHTS):
-    """The kernel's weight arrays (host, f32), in silero_chunk's argument order."""
+    """The kernel's weight arrays (host, f32), in silero_chunk's argument order; read once per
+    path and shared by every detector (none writes them)."""
     try:
         z = np.load(path)
     except FileNotFoundError:
