@@ -34,7 +34,7 @@ import math
 
 import numpy as np
 from numba import njit, types
-from numba.extending import intrinsic
+from numba.extending import intrinsic, overload
 
 from nwhisper.kernels import llvm_ir as L, trampoline
 from nwhisper.kernels.vecmath import from_key, order_key
@@ -212,21 +212,51 @@ def _pack_range(lo, hi, spread, chunks, q, panels, shift):
 
 # 'nnan': LLVM vectorises a max reduction only when told there are no NaNs; nothing that
 # would change a rounding ('arcp', 'reassoc') is allowed, so tests can redo it in NumPy.
-def quantize_rows(x, xq, sx, add):
+def quantize_rows(x, xq, sx, add, affine=None):
     """xq[m, :K] = round(x[m] / sx[m]) + add as u8 (add: offset()), sx[m] = max|x[m]| / 127
-    (1 for a zero row);
+    (1 for a zero row); affine = (scale, shift), K of each: of max(x[m, :K] · scale + shift, 0)
+    instead (a batch norm and its ReLU before the product, applied as the row is read), x's
+    first K columns.
     xq's padding (rows up to a multiple of ROWS, columns up to Kp) is zeroed: tiles read it,
     and zero weights in the padded columns cancel it. A row per item, on Numba's threads."""
-    trampoline.share(_quantize_range, xq.shape[0], x, xq, sx, add)
+    scale, shift = (None, None) if affine is None else affine
+    trampoline.share(_quantize_range, xq.shape[0], x, xq, sx, add, scale, shift)
+
+
+def _read(x, m, c, scale, shift):
+    """x[m, c], or with a scale max(x[m, c] · scale[c] + shift[c], 0)."""
+
+
+@overload(_read)
+def _read_of(x, m, c, scale, shift):
+    if isinstance(scale, types.NoneType):   # compiled apart: no test in the plain loops
+        return lambda x, m, c, scale, shift: x[m, c]
+
+    def affine(x, m, c, scale, shift):
+        v = x[m, c] * scale[c] + shift[c]
+        return v if v > np.float32(0.0) else np.float32(0.0)
+    return affine
+
+
+def _columns(x, scale):
+    """How many of x's columns are read: all, or as many as the scale has."""
+
+
+@overload(_columns)
+def _columns_of(x, scale):
+    if isinstance(scale, types.NoneType):
+        return lambda x, scale: x.shape[1]
+    return lambda x, scale: scale.shape[0]
 
 
 @njit(cache=True, fastmath={"nnan", "nsz"})
-def _quantize_range(lo, hi, spread, chunks, x, xq, sx, add):
+def _quantize_range(lo, hi, spread, chunks, x, xq, sx, add, scale, shift):
     """quantize_rows over xq's rows [lo, hi) (shared out by the loop at `spread`)."""
     if spread:
         trampoline.shared(spread, chunks, lo, hi)
         return
-    m_rows, k = x.shape
+    m_rows = x.shape[0]
+    k = _columns(x, scale)
     for m in range(lo, hi):
         xq[m, k:] = 0
         if m >= m_rows:
@@ -234,14 +264,14 @@ def _quantize_range(lo, hi, spread, chunks, x, xq, sx, add):
             continue
         top = order_key(np.float32(0.0))   # max|x| as integer keys: it vectorises
         for c in range(k):
-            key = order_key(abs(x[m, c]))
+            key = order_key(abs(_read(x, m, c, scale, shift)))
             top = key if key > top else top
         top = from_key(top)
         s = top / np.float32(127.0) if top > np.float32(0.0) else np.float32(1.0)
         sx[m] = s
         inv = np.float32(1.0) / s
         for c in range(k):
-            v = min(max(x[m, c] * inv, np.float32(-127.0)), np.float32(127.0))
+            v = min(max(_read(x, m, c, scale, shift) * inv, np.float32(-127.0)), np.float32(127.0))
             # round half up, then + add (v + 128.5 would round 87.49999 up in float32); a
             # negative value's u8 is its two's complement byte, as the AVX2 tile reads it
             xq[m, c] = np.uint8(np.int32(math.floor(v + np.float32(0.5))) + add)
@@ -266,13 +296,17 @@ def _gemm_range(lo, hi, spread, chunks, xq, sx, panels, shift, sw, bias, out):
                   shift[n0:].ctypes.data, sw[n0:].ctypes.data, bias[n0:].ctypes.data)
 
 
-def gemm(x, w: PackedInt8, bias, out, scratch):
+def gemm(x, w: PackedInt8, bias, out, scratch, affine=None):
     """out = x @ w.T (+ bias) with x quantised per row; x (M, K) f32, out (M, N) f32 with unit
     column stride, bias (N,) f32 or None; scratch(name, shape, dtype): the backend's reusable
-    buffers (a fresh 0.8-3 MB array per call cost as much as the quantisation, in page faults)."""
+    buffers (a fresh 0.8-3 MB array per call cost as much as the quantisation, in page faults);
+    affine: (scale, shift), of max(x · scale + shift, 0) instead, x's first K columns
+    (quantize_rows)."""
     m = x.shape[0]
+    if (x.shape[1] if affine is None else len(affine[0])) != w.k:
+        raise ValueError(f"gemm_int8: x {x.shape} does not give the weight's {w.k} inputs")
     xq = scratch("gemm_int8.xq", (-(-m // ROWS) * ROWS, w.k_padded), np.uint8)
     sx = scratch("gemm_int8.sx", (m,), np.float32)
-    quantize_rows(np.require(x, np.float32, ("C", "A")), xq, sx, offset())
+    quantize_rows(np.require(x, np.float32, ("C", "A")), xq, sx, offset(), affine)
     trampoline.share(_gemm_range, w.panels.shape[0] * -(-m // CHUNK), xq, sx, w.panels, w.shift,
                      w.scale, w.no_bias if bias is None else bias, out)

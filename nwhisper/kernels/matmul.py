@@ -21,6 +21,7 @@ import numpy as np
 from nwhisper.kernels import blas, gemm_bf16, gemm_f32, gemm_int8, linear_tiles
 from nwhisper.kernels._compile import kernel
 from nwhisper.kernels.elementwise import add
+from nwhisper.kernels.speaker_ops import scale_shift_relu_row
 from nwhisper.kernels.vecmath import from_key, order_key
 from nwhisper.kernels.widen import to_float32, widen
 
@@ -185,6 +186,20 @@ def linear(be, x, w, bias, out, ln=None):
     be.weight_int8; bias (o,) or None. ln = (ln_w, ln_b, eps): of LayerNorm(x) instead,
     normalised where the backend can (a GPU's GEMV reads x and normalises it in the same launch)."""
     _product(be, x, w, bias, out, ln, False)
+
+
+def linear_bn_relu(be, x, scale, shift, w, bias, out):
+    """out = max(x[:, :K] · scale + shift, 0) @ w.T + bias, K = len(scale): a batch norm and
+    its ReLU before the product (CAM++'s dense layers read the first K columns of their block's
+    concatenation). The int8 GEMM applies them as it quantises each row; elsewhere they are a
+    pass of their own (scale_shift_relu_row)."""
+    how, packed = variant(be, x.shape[0], w)
+    if how == "int8":
+        gemm_int8.gemm(x, packed.packed, bias, out, be.scratch, affine=(scale, shift))
+        return
+    h = be.scratch("matmul.bn_relu", (x.shape[0], scale.shape[0]))
+    be.launch(scale_shift_relu_row, x.shape[0], x, scale, shift, h, work=h.size)
+    linear(be, h, w, bias, out)
 
 
 def linear_add(be, x, w, bias, out):

@@ -32,10 +32,10 @@ import numpy as np
 
 from nwhisper import backend as backends
 from nwhisper.kernels import conv_tiles
-from nwhisper.kernels.matmul import linear
+from nwhisper.kernels.matmul import linear, linear_bn_relu
 from nwhisper.kernels.speaker_ops import (
     add_relu_elem, cam_context_row, cam_mask_row, im2col1d_row, im2col2d_row, put_columns_row,
-    relu_elem, scale_shift_relu_row, sigmoid_elem, stats_pool_elem)
+    relu_elem, sigmoid_elem, stats_pool_elem)
 from nwhisper.speakers import fbank as fb
 from nwhisper.speakers import weights
 
@@ -130,6 +130,14 @@ class CAMPPlus:
         if relu:
             self.be.launch(relu_elem, out.size, self.be.flat(out), work=out.size)
 
+    def _bn_relu_linear(self, x, norm, module, out, relu=False):
+        """out = max(x[:, :K] · scale + shift, 0) @ W.T (+ b) (ReLU): batch norm `norm` (K
+        channels) and its ReLU, then the product of `module`."""
+        linear_bn_relu(self.be, x, self._w[f"{norm}.scale"], self._w[f"{norm}.shift"],
+                       self._w[f"{module}.weight"], self._w.get(f"{module}.bias"), out)
+        if relu:
+            self.be.launch(relu_elem, out.size, self.be.flat(out), work=out.size)
+
     def _conv(self, x, module, out, k, stride=1, dilation=1, two_d=False, relu=False,
               residual=None):
         """out = conv(x) + bias, then + residual and ReLU (`residual`: a residual block's
@@ -214,11 +222,8 @@ class CAMPPlus:
         for j in range(1, layers + 1):
             p = f"xvector.block{i}.tdnnd{j}"
             cin = c + (j - 1) * g
-            h = be.scratch("spk.bnrelu", (rows, cin))
-            be.launch(scale_shift_relu_row, rows, cat, self._w[f"{p}.nonlinear1.batchnorm.scale"],
-                      self._w[f"{p}.nonlinear1.batchnorm.shift"], h, work=rows * cin)
             bott = be.scratch("spk.bottleneck", (rows, bnc))
-            self._linear(h, f"{p}.linear1", bott, relu=True)
+            self._bn_relu_linear(cat, f"{p}.nonlinear1.batchnorm", f"{p}.linear1", bott, relu=True)
             y = be.scratch("spk.local", (rows, g))
             self._conv(bott.reshape(n, t, bnc), f"{p}.cam_layer.linear_local", y, k,
                        dilation=dilation)
@@ -232,10 +237,7 @@ class CAMPPlus:
             be.launch(sigmoid_elem, g2.size, be.flat(g2), work=g2.size * 8)
             be.launch(cam_mask_row, rows, y, g2, cat, cin, t, SEG_LEN, work=rows * g * 4)
         p = f"xvector.transit{i}"
-        h = be.scratch("spk.bnrelu", (rows, total))
-        be.launch(scale_shift_relu_row, rows, cat, self._w[f"{p}.nonlinear.batchnorm.scale"],
-                  self._w[f"{p}.nonlinear.batchnorm.shift"], h, work=rows * total)
         out = be.scratch(f"spk.transit{i % 2}", (rows, total // 2))
         # the last transit carries out_nonlinear's folded norm, then its ReLU
-        self._linear(h, f"{p}.linear", out, relu=i == len(d.blocks))
+        self._bn_relu_linear(cat, f"{p}.nonlinear.batchnorm", f"{p}.linear", out, relu=i == len(d.blocks))
         return out.reshape(n, t, total // 2)

@@ -335,6 +335,30 @@ def test_gemm_int8(rng, m, k, n, with_bias):
 
 
 @needs_int8_gemm
+def test_int8_gemm_applies_a_batch_norm_and_relu_as_it_quantises(rng):
+    """matmul.linear_bn_relu (CAM++'s dense layers: a batch norm and ReLU over the first K
+    columns of a wider concatenation, then the product) on the int8 GEMM, which applies them as
+    it quantises each row, against NumPy's batch norm and ReLU (a multiply, then an add, as
+    the quantiser does them) and then the GEMM: the same quantised rows, so the same floats;
+    and the portable path (a float32 weight: scale_shift_relu_row, then the product) against
+    NumPy."""
+    be = backend.get("cpu")
+    m, wide, k, n = 67, 200, 130, 128
+    x, scale, shift = rand(rng, m, wide), rand(rng, k), rand(rng, k)
+    w, bias = rand(rng, n, k) * np.float32(0.05), rand(rng, n)
+    normed = np.maximum(x[:, :k] * scale + shift, np.float32(0))
+    assert (normed == 0).any() and (normed > 0).any()
+    weight = be.weight_int8(w)
+    fused, apart = np.empty((m, n), np.float32), np.empty((m, n), np.float32)
+    K.matmul.linear_bn_relu(be, x, scale, shift, weight, bias, fused)
+    K.matmul.linear(be, normed, weight, bias, apart)
+    assert np.array_equal(fused, apart)
+    plain = np.empty((m, n), np.float32)
+    K.matmul.linear_bn_relu(be, x, scale, shift, be.weight(w), bias, plain)
+    check("linear_bn_relu, float32", plain, normed.astype(np.float64) @ w.T + bias)
+
+
+@needs_int8_gemm
 def test_gemm_int8_at_the_extremes(rng):
     """Activations and weights that quantise to ±127 everywhere, signs agreeing or alternating:
     every pair of products at the largest magnitude a tile sums (2 · 127 · 127 = 32258, where the
