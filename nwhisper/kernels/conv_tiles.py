@@ -22,10 +22,17 @@ of a tile are consecutive along one axis, so each tap's inputs are at a fixed st
 divides the front end's lines of 40, 20 and 10 frequencies), and the epilogue (bias, shortcut,
 ReLU) is applied before the sums leave the registers. Wider outputs run 32 at a time over the
 same inputs. OpenBLAS's kernels do little with a product only 32 columns wide; this one runs the
-front end's 3 × 3 convolutions 1.4-1.9 times as fast. Where the CPU also has AVX-512 BF16 and
-the caller asks (a speaker network beside an int8 or bfloat16 model), the padded input holds the
-channels as bfloat16 pairs and `vdpbf16ps` multiplies a pair in each lane: half the bytes and twice the
-multiply-adds an instruction, ~2 × float32's speed (float32 sums, as gemm_bf16's).
+front end's 3 × 3 convolutions 1.4-1.9 times as fast.
+
+A speaker network beside a bfloat16 or int8 model asks for less precise arithmetic, which the
+tile gives where the CPU has it (arithmetic_for): with AVX-512 BF16 the padded input holds the
+channels as bfloat16 pairs and `vdpbf16ps` multiplies a pair in each lane (twice float32's
+multiply-adds an instruction; float32 sums, as gemm_bf16's); for int8, with AVX-512 VNNI, it
+holds them as quads of unsigned bytes, each window scaled by its largest value (every input but
+CAM++'s first follows a ReLU), the weights as signed bytes per output, and `vpdpbusd` sums a
+quad's products in each lane (four times float32's; exact int32 sums, scaled back in the
+epilogue, as gemm_int8's). The padding pass is then a window at a time: its largest value, then
+its bytes, while the window is in cache.
 """
 
 import functools
@@ -35,19 +42,21 @@ from llvmlite import ir
 from numba import config, njit, types
 from numba.extending import intrinsic, overload
 
-from nwhisper.kernels import blas, gemm_bf16, trampoline
+from nwhisper.kernels import blas, gemm_bf16, gemm_int8, trampoline
 from nwhisper.kernels import llvm_ir as L
 from nwhisper.kernels.blas import _NO_TRANS, _ROW_MAJOR, _TRANS, _sgemm
 from nwhisper.kernels.vecmath import bf16 as bf16_of
-from nwhisper.kernels.vecmath import bf16_array
+from nwhisper.kernels.vecmath import bf16_array, from_key, order_key
 
 TILE_BYTES = 1 << 18    # a tile's columns: 256 KB, inside any x86 core's L2 beside the weights
 ROWS = 10               # output positions per micro-tile: 10 × 2 accumulators, 2 weight vectors
 COLS = 32               # its output channels: two 16-lane vectors
+# How the tile multiplies: the padded input's element type, and how many channels one holds
+ARITHMETIC = {"float32": (np.float32, 1), "bfloat16": (np.uint32, 2), "int8": (np.int32, 4)}
 # the distances between a tile's positions, in elements of the padded input, that CAM++'s
-# convolutions take: 1-channel frequencies (its first); 32 channels as bfloat16 pairs or floats,
-# frequency stride 1 or 2; 128 channels as pairs or floats along time (the CAM layers')
-STEPS = (1, 16, 32, 64, 128)
+# convolutions take, per element type: 1-channel frequencies (its first); 32 channels, frequency
+# stride 1 or 2; 128 channels along time (the CAM layers'); the rest take the loop for any step
+STEPS = {types.float32: (1, 32, 64, 128), types.uint32: (16, 32, 64), types.int32: (8, 16, 32)}
 
 
 def available():
@@ -67,26 +76,50 @@ def bf16_available():
     return direct_available() and gemm_bf16.available()
 
 
+def int8_available():
+    """Whether the micro-tile can multiply bytes here (AVX-512 VNNI's vpdpbusd: gemm_int8's)."""
+    return direct_available() and gemm_int8.isa() == "avx512vnni"
+
+
+def arithmetic_for(asked, c):
+    """The arithmetic a convolution of c input channels gets when `asked` for one: int8 where
+    the CPU has VNNI and c is a multiple of 4, else bfloat16 where it has BF16 and c is even
+    (for either one asked), else float32."""
+    if asked == "int8" and c % 4 == 0 and int8_available():
+        return "int8"
+    if asked in ("int8", "bfloat16") and c % 2 == 0 and bf16_available():
+        return "bfloat16"
+    return "float32"
+
+
 @intrinsic
-def _tile(typingctx, x_addr, lda, offs_addr, taps, w_addr, c, out_addr, ldo, rows, bias_addr, res_addr,
-          relu, unit):
+def _tile(typingctx, x_addr, lda, offs_addr, taps, w_addr, c, out_addr, ldo, rows, bias_addr, sw_addr, sx,
+          res_addr, relu, unit):
     """out[r, o] = Σ_tap Σ_ch x[r·lda + offs[tap] + ch] · w[tap, ch, o] + bias[o] (+ res[r, o])
     (ReLU) for r < rows (≤ ROWS), o < COLS; out, bias and res (0: none; out's row stride) f32
-    addresses, offs i64. `unit`, an element of x, picks the
-    arithmetic by its type: float32, x and w f32 and an FMA per channel (strides in floats);
-    uint32, x's channels in bfloat16 pairs (lda, offs and c counted in pairs), w (tap, pair, o, 2)
-    bfloat16, `vdpbf16ps` multiplying a pair in each lane (float32 sums)."""
+    addresses, offs i64. `unit`, an element of x, picks the arithmetic by its type: float32, x
+    and w f32 and an FMA per channel (strides in floats); uint32, x's channels in bfloat16 pairs
+    (lda, offs and c counted in pairs), w (tap, pair, o, 2) bfloat16, `vdpbf16ps` multiplying a
+    pair in each lane (float32 sums); int32, x's channels in quads of unsigned bytes, w (tap,
+    quad, o, 4) signed bytes, `vpdpbusd` summing a quad's products in each lane (exact int32
+    sums), the sums times sx · sw[o] (sw: an f32 address; the scales x and w were quantised by)."""
     sig = types.void(types.uintp, types.intp, types.uintp, types.intp, types.uintp, types.intp,
-                     types.uintp, types.intp, types.intp, types.uintp, types.uintp, types.boolean, unit)
-    pairs = unit == types.uint32
+                     types.uintp, types.intp, types.intp, types.uintp, types.uintp, types.float32,
+                     types.uintp, types.boolean, unit)
+    steps = STEPS[unit]
 
     def codegen(context, builder, signature, args):
-        x_addr, lda, offs_addr, taps, w_addr, c, out_addr, ldo, rows, bias_addr, res_addr, relu, _ = args
-        f32, i64 = ir.FloatType(), ir.IntType(64)
+        (x_addr, lda, offs_addr, taps, w_addr, c, out_addr, ldo, rows, bias_addr, sw_addr, sx,
+         res_addr, relu, _) = args
+        f32, i32, i64 = ir.FloatType(), ir.IntType(32), ir.IntType(64)
         vec = ir.VectorType(f32, 16)
-        elem = ir.IntType(32) if pairs else f32
+        elem = f32 if unit == types.float32 else i32
         wvec = ir.VectorType(elem, 16)
-        if pairs:   # LLVM's own signature takes <32 x bfloat>; the <16 x i32> form is upgraded
+        acc_t = ir.VectorType(i32, 16) if unit == types.int32 else vec
+        if unit == types.int32:
+            dot = L.declare(builder, "llvm.x86.avx512.vpdpbusd.512", acc_t, [acc_t, wvec, wvec])
+            madd = lambda a, b, acc: builder.call(dot, [acc, a, b])  # noqa: E731
+        elif unit == types.uint32:   # LLVM's own signature takes <32 x bfloat>; the <16 x i32> form is upgraded
             dot = L.declare(builder, "llvm.x86.avx512bf16.dpbf16ps.512", vec, [vec, wvec, wvec])
             madd = lambda a, b, acc: builder.call(dot, [acc, a, b])  # noqa: E731
         else:
@@ -99,7 +132,7 @@ def _tile(typingctx, x_addr, lda, offs_addr, taps, w_addr, c, out_addr, ldo, row
 
         def taps_loop(step):
             """The sums over every tap and channel, rows `step` (an i64) elements apart."""
-            tap, sums, close_tap = L.counted_loop(builder, taps, 1, [ir.Constant(vec, None)] * (2 * ROWS),
+            tap, sums, close_tap = L.counted_loop(builder, taps, 1, [ir.Constant(acc_t, None)] * (2 * ROWS),
                                                   "conv.tap")
             off = builder.load(builder.gep(offs, [tap]))
             w_tap = builder.mul(builder.mul(tap, c), k(COLS))
@@ -122,7 +155,7 @@ def _tile(typingctx, x_addr, lda, offs_addr, taps, w_addr, c, out_addr, ldo, row
         generic = builder.append_basic_block("conv.step")
         switch = builder.switch(lda, generic)
         ends = []
-        for step in (None,) + STEPS:
+        for step in (None,) + steps:
             if step is None:
                 builder.position_at_end(generic)
             else:
@@ -134,10 +167,14 @@ def _tile(typingctx, x_addr, lda, offs_addr, taps, w_addr, c, out_addr, ldo, row
         builder.position_at_end(joined)
         sums = []
         for i in range(2 * ROWS):
-            phi = builder.phi(vec)
+            phi = builder.phi(acc_t)
             for values, block in ends:
                 phi.add_incoming(values[i], block)
             sums.append(phi)
+        if unit == types.int32:     # the integer sums back to the floats' scale
+            sw = [builder.load(L.vector_at(builder, at(sw_addr), k(16 * j), vec), align=4) for j in range(2)]
+            scales = [builder.fmul(L.splat(builder, sx, vec), v) for v in sw]
+            sums = [builder.fmul(builder.sitofp(v, vec), scales[i % 2]) for i, v in enumerate(sums)]
         b = [builder.load(L.vector_at(builder, bias, k(16 * j), vec), align=4) for j in range(2)]
         zero = ir.Constant(vec, None)
         maxnum = L.declare(builder, "llvm.maxnum.v16f32", vec, [vec, vec])
@@ -231,50 +268,92 @@ def _channels(xp):
 
 @overload(_channels)
 def _channels_of(xp):
-    n = 2 if xp.dtype == types.uint32 else 1
+    n = {types.float32: 1, types.uint32: 2, types.int32: 4}[xp.dtype]
     return lambda xp: n
 
 
-def _element(xp, x, wi, t, f, u):
-    """xp's element u of x's position (wi, t, f): channel u, or channels 2u and 2u + 1 as a
-    pair of bfloat16 (gemm_bf16.to_pairs's order)."""
+def _element(xp, line, u, inv):
+    """xp's element u of a line of x's values (frequency, channel): value u; or values 2u and
+    2u + 1 as a pair of bfloat16 (gemm_bf16.to_pairs's order); or values 4u … 4u + 3 as
+    unsigned bytes, round(x · inv) each (x ≥ 0), the first in the lowest byte."""
 
 
 @overload(_element)
-def _element_of(xp, x, wi, t, f, u):
+def _element_of(xp, line, u, inv):
+    if xp.dtype == types.int32:
+        def quad(xp, line, u, inv):
+            four = np.uint32(0)
+            for b in range(4):   # clamped to 0 … 255 first, then rounded half up
+                v = min(max(line[4 * u + b] * inv, np.float32(0.0)), np.float32(255.0))
+                four |= np.uint32(v + np.float32(0.5)) << np.uint32(8 * b)
+            return np.int32(four)
+        return quad
     if xp.dtype == types.uint32:
-        return lambda xp, x, wi, t, f, u: (np.uint32(bf16_of(x[wi, t, f, 2 * u]))
-                                           | (np.uint32(bf16_of(x[wi, t, f, 2 * u + 1])) << np.uint32(16)))
-    return lambda xp, x, wi, t, f, u: x[wi, t, f, u]
+        return lambda xp, line, u, inv: (np.uint32(bf16_of(line[2 * u]))
+                                         | (np.uint32(bf16_of(line[2 * u + 1])) << np.uint32(16)))
+    return lambda xp, line, u, inv: line[u]
+
+
+@njit(cache=True)
+def _pad_lines(x, xp, lo, hi, pad_t, pad_f, inv):
+    """Lines [lo, hi) (window, padded time) of xp (W, T + 2·pad_t, F + 2·pad_f, units), flat: x
+    amid zeros, its C channels as C floats (xp f32), C/2 bfloat16 pairs (xp u32) or C/4 byte
+    quads (xp i32, each value times inv: the lines are one window's)."""
+    n, t_in, f_in, c = x.shape
+    units = c // _channels(xp)
+    tp, fp = t_in + 2 * pad_t, f_in + 2 * pad_f
+    for wt in range(lo, hi):
+        wi, t = wt // tp, wt % tp - pad_t
+        line = xp[wt * fp * units:(wt + 1) * fp * units]
+        if t < 0 or t >= t_in:
+            line[:] = 0
+            continue
+        line[:pad_f * units] = 0
+        line[(pad_f + f_in) * units:] = 0
+        inside = line[pad_f * units:(pad_f + f_in) * units]
+        values = x[wi, t].reshape(f_in * c)
+        for u in range(f_in * units):
+            inside[u] = _element(xp, values, u, inv)
 
 
 @njit(pipeline_class=trampoline.NoAlias, cache=True)
 def _pad_range(lo, hi, spread, chunks, x, xp, pad_t, pad_f):
-    """Lines [lo, hi) (window, padded time) of xp (W, T + 2·pad_t, F + 2·pad_f, units), flat: x
-    amid zeros, its C channels as C floats (xp f32) or C/2 bfloat16 pairs (xp u32)."""
+    """_pad_lines over lines [lo, hi) of floats or bfloat16 pairs (shared out at `spread`)."""
+    if spread:
+        trampoline.shared(spread, chunks, lo, hi)
+        return
+    _pad_lines(x, xp, trampoline.nonneg(lo), hi, pad_t, pad_f, np.float32(1.0))
+
+
+@njit(pipeline_class=trampoline.NoAlias, cache=True)
+def _pad_windows_range(lo, hi, spread, chunks, x, xp, pad_t, pad_f, sx):
+    """Windows [lo, hi) of x (≥ 0) as byte quads: sx[wi] = the window's largest value / 255
+    (1 for zeros), then _pad_lines over its lines, the bytes round(x / sx[wi]). A window at a
+    time, so the second pass reads it from the core's cache."""
     if spread:
         trampoline.shared(spread, chunks, lo, hi)
         return
     n, t_in, f_in, c = x.shape
-    units = c // _channels(xp)
-    tp, fp = t_in + 2 * pad_t, f_in + 2 * pad_f
-    lo = trampoline.nonneg(lo)
-    for wt in range(lo, hi):
-        wi, t = wt // tp, wt % tp - pad_t
-        at = wt * fp * units
-        for f in range(-pad_f, f_in + pad_f):
-            inside = 0 <= t < t_in and 0 <= f < f_in
-            for u in range(units):
-                xp[at + u] = _element(xp, x, wi, t, f, u) if inside else 0
-            at += units
+    tp = t_in + 2 * pad_t
+    for wi in range(trampoline.nonneg(lo), hi):
+        values = x[wi].reshape(t_in * f_in * c)
+        top = order_key(np.float32(0.0))    # the largest as integer keys: it vectorises
+        for i in range(values.size):
+            key = order_key(values[i])
+            top = key if key > top else top
+        top_value = from_key(top)
+        scale = top_value / np.float32(255.0) if top_value > np.float32(0.0) else np.float32(1.0)
+        sx[wi] = scale
+        _pad_lines(x, xp, wi * tp, (wi + 1) * tp, pad_t, pad_f, np.float32(1.0) / scale)
 
 
 @njit(pipeline_class=trampoline.NoAlias, cache=True)
-def _direct_range(lo, hi, spread, chunks, xp, tp, fp, c, taps, offs, bias, out, t_out, f_out,
+def _direct_range(lo, hi, spread, chunks, xp, tp, fp, c, taps, offs, bias, sx, sw, out, t_out, f_out,
                   stride_t, stride_f, residual, relu):
     """The micro-tiles along lines [lo, hi) of outputs: a (window, time) line along frequency,
     or, for a 1-D convolution (one frequency), a window's line along time. xp: the padded input
-    (W, tp, fp, c), flat: f32, or u32 bfloat16 pairs with c counting pairs (_tile)."""
+    (W, tp, fp, c), flat: f32, u32 bfloat16 pairs or i32 byte quads, c counting its elements
+    (_tile); sx, sw: the scales of int8's windows and outputs."""
     if spread:
         trampoline.shared(spread, chunks, lo, hi)
         return
@@ -286,9 +365,11 @@ def _direct_range(lo, hi, spread, chunks, xp, tp, fp, c, taps, offs, bias, out, 
         # floats from one position to the next, computed in the loop: taken from outside it,
         # the value halved the tiles' speed
         if along_f:
+            wi = line // t_out
             step = stride_f * c
-            base = ((line // t_out) * tp + (line % t_out) * stride_t) * fp * c
+            base = (wi * tp + (line % t_out) * stride_t) * fp * c
         else:
+            wi = line
             step = stride_t * fp * c
             base = line * tp * fp * c
         r0 = line * length
@@ -297,52 +378,68 @@ def _direct_range(lo, hi, spread, chunks, xp, tp, fp, c, taps, offs, bias, out, 
                 o = g * COLS
                 _tile(xp[base + p0 * step:].ctypes.data, step, offs.ctypes.data, offs.shape[0],
                       taps[g].ctypes.data, c, out[r0 + p0, o:].ctypes.data, ldo, min(ROWS, length - p0),
-                      bias[o:].ctypes.data, residual[r0 + p0, o:].ctypes.data if residual.shape[0] else 0,
-                      relu, xp[0])
+                      bias[o:].ctypes.data, sw[o:].ctypes.data, sx[wi],
+                      residual[r0 + p0, o:].ctypes.data if residual.shape[0] else 0, relu, xp[0])
 
 
 _NO_BIAS = np.empty((0,), np.float32)
 _NONE = np.empty((0, 0), np.float32)
 
 
-def _taps(w, kt, kf, c, bf16):
-    """w (groups·COLS, kt·kf·C) as the micro-tile reads it: per group of COLS outputs (tap, C,
-    out) f32, or with bf16 (tap, C/2, out, 2) bfloat16 pairs (uint32)."""
+def _taps(w, kt, kf, c, arithmetic):
+    """(taps, sw): w (groups·COLS, kt·kf·C) as the micro-tile reads it, per group of COLS
+    outputs: float32 (tap, C, out); bfloat16 (tap, C/2, out, 2) pairs (as uint32); int8 (tap,
+    C/4, out, 4) signed bytes (as int32), each output's row quantised by its own scale sw[o] =
+    max|w[o]| / 127 (else ones)."""
     groups = w.shape[0] // COLS
+    sw = np.ones(w.shape[0], np.float32)
+    if arithmetic == "int8":
+        sw = np.abs(w).max(axis=1) / np.float32(127)
+        sw[sw == 0] = 1
+        w = np.clip(np.round(w / sw[:, None]), -127, 127).astype(np.int8)
     taps = w.reshape(groups, COLS, kt * kf, c).transpose(0, 2, 3, 1)
-    if bf16:
-        taps = bf16_array(taps.reshape(groups, kt * kf, c // 2, 2, COLS).transpose(0, 1, 2, 4, 3)).view(np.uint32)
-    return np.ascontiguousarray(taps)
+    if arithmetic != "float32":
+        per = ARITHMETIC[arithmetic][1]
+        taps = taps.reshape(groups, kt * kf, c // per, per, COLS).transpose(0, 1, 2, 4, 3)
+        taps = bf16_array(taps).view(np.uint32) if arithmetic == "bfloat16" else np.ascontiguousarray(taps).view(np.int32)
+    return np.ascontiguousarray(taps), sw.astype(np.float32)
 
 
 def _conv_direct(be, x, w, bias, out, t_out, f_out, kt, kf, stride_t, stride_f, dilation_t,
-                 pad_t, pad_f, residual, relu, bf16, keep):
+                 pad_t, pad_f, residual, relu, arithmetic, keep):
     n, t_in, f_in, c = x.shape
     if residual is not None and residual.strides != out.strides:
         raise ValueError("conv: the micro-tile reads the shortcut at out's strides")
-    unit = c // 2 if bf16 else c    # bfloat16: channels in pairs, x's and w's
+    dtype, per = ARITHMETIC[arithmetic]
+    unit = c // per         # the padded input's elements a position: channels, pairs or quads
     tp, fp = t_in + 2 * pad_t, f_in + 2 * pad_f
     step = stride_f * unit if f_out > 1 else stride_t * fp * unit
+    sx = np.ones(n, np.float32)
     # a last tile reads past its line
-    xp = be.workspace((n * tp * fp * unit + ROWS * step + unit,), np.uint32 if bf16 else np.float32)
-    trampoline.share(_pad_range, n * tp, x, xp, pad_t, pad_f)
+    xp = be.workspace((n * tp * fp * unit + ROWS * step + unit,), dtype)
+    if arithmetic == "int8":
+        trampoline.share(_pad_windows_range, n, x, xp, pad_t, pad_f, sx)
+    else:
+        trampoline.share(_pad_range, n * tp, x, xp, pad_t, pad_f)
     xp[n * tp * fp * unit:] = 0
-    taps = None if keep is None else keep.get(("taps", bf16))
+    taps = None if keep is None else keep.get(("taps", arithmetic))
     if taps is None:
-        taps = _taps(w, kt, kf, c, bf16)
+        taps = _taps(w, kt, kf, c, arithmetic)
         if keep is not None:
-            keep[("taps", bf16)] = taps
+            keep[("taps", arithmetic)] = taps
     offs = np.array([(a * dilation_t * fp + b) * unit for a in range(kt) for b in range(kf)], np.int64)
-    trampoline.share(_direct_range, out.shape[0] // (f_out if f_out > 1 else t_out), xp, tp, fp, unit, taps,
-                     offs, np.zeros(w.shape[0], np.float32) if bias is None else bias, out, t_out, f_out,
-                     stride_t, stride_f, _NONE if residual is None else residual, relu)
+    trampoline.share(_direct_range, out.shape[0] // (f_out if f_out > 1 else t_out), xp, tp, fp, unit, taps[0],
+                     offs, np.zeros(w.shape[0], np.float32) if bias is None else bias, sx, taps[1], out,
+                     t_out, f_out, stride_t, stride_f, _NONE if residual is None else residual, relu)
 
 
 def conv(be, x, w, bias, out, kt, kf, stride_t=1, stride_f=1, dilation_t=1, pad_t=0, pad_f=0,
-         residual=None, relu=False, bf16=False, keep=None):
+         residual=None, relu=False, arithmetic="float32", keep=None):
     """out = conv(x) + bias (+ residual) (ReLU), on the host's BLAS in tiles (available()).
-    bf16: where the direct micro-tile runs, C is even and the CPU has AVX-512 BF16
-    (bf16_available()), x and w rounded to bfloat16 and multiplied in pairs (float32 sums).
+    arithmetic, where the direct micro-tile runs (arithmetic_for says which it gets): "float32";
+    "bfloat16", x and w rounded to bfloat16 and multiplied in pairs (float32 sums); "int8", for
+    x ≥ 0 (an input after a ReLU), each window of x quantised to unsigned bytes by its largest
+    value, w to signed bytes per output row, their products summed exactly in int32.
 
     x (W, T, F, C) f32 C-contiguous; w (C_out, kt·kf·C) f32, columns (kt, kf, C); bias (C_out,)
     or None;
@@ -358,7 +455,7 @@ def conv(be, x, w, bias, out, kt, kf, stride_t=1, stride_f=1, dilation_t=1, pad_
         raise ValueError(f"conv: x {x.shape}, w {w.shape} and out {out.shape} do not agree")
     if w.shape[0] % COLS == 0 and (f_out > 1 or f_in == 1) and direct_available():
         _conv_direct(be, x, w, bias, out, t_out, f_out, kt, kf, stride_t, stride_f, dilation_t,
-                     pad_t, pad_f, residual, relu, bf16 and c % 2 == 0 and bf16_available(), keep)
+                     pad_t, pad_f, residual, relu, arithmetic_for(arithmetic, c), keep)
         return
     tile = tile_rows(k_cols, rows)
     parts = max(1, min(config.NUMBA_NUM_THREADS, (rows + tile - 1) // tile))

@@ -53,15 +53,17 @@ class CAMPPlus:
         """params: folded parameters (weights.fold's); else read from `path` (weights.load).
         compute_type: the products' (the 1 × 1 convolutions: the dense layers' bottlenecks, the
         transits, the embedding) as a transcription model's, "int8" or "bfloat16" where the
-        backend runs them (be.weight_int8, be.weight_bf16); with either, the wider convolutions
-        of 32 outputs (the front end's 3 × 3, the CAM layers') take bfloat16 operands where the
-        CPU has AVX-512 BF16 (conv_tiles.bf16_available()), else float32."""
+        backend runs them (be.weight_int8, be.weight_bf16); and the convolutions on the CPU's
+        micro-tile (conv_tiles.arithmetic_for) likewise: int8 bytes where it has AVX-512 VNNI,
+        bfloat16 pairs where it has AVX-512 BF16, else float32. Every convolution's input but
+        the first's (the fbank, one channel: float32) follows a ReLU, as int8's unsigned bytes
+        need."""
         self.be = be or backends.get("cpu")
         self.dims = dims
         params = weights.load(path, dims) if params is None else params
         be = self.be
         product = {"int8": be.weight_int8, "bfloat16": be.weight_bf16}.get(compute_type, be.weight)
-        self._bf16_convs = compute_type in ("int8", "bfloat16")
+        self._conv_arithmetic = compute_type
         self._w = {}
         self._kept = {}     # per convolution: its weights in conv_tiles' layout
         for name, a in params.items():
@@ -158,7 +160,7 @@ class CAMPPlus:
                             stride_t=1 if two_d else stride, stride_f=stride if two_d else 1,
                             dilation_t=dilation, pad_t=pad, pad_f=pad if two_d else 0,
                             residual=residual, relu=relu or residual is not None,
-                            bf16=self._bf16_convs, keep=self._kept.setdefault(module, {}))
+                            arithmetic=self._conv_arithmetic, keep=self._kept.setdefault(module, {}))
             return
         rows = out.shape[0]
         cols = be.workspace((rows, w.shape[1]))

@@ -171,16 +171,31 @@ SPEAKER_CONVS = [(1, 5, 14, 32, 32, 3, 1, 1, True), (1, 5, 14, 32, 32, 3, 2, 1, 
                  (2, 13, 1, 16, 32, 3, 1, 2, False), (1, 600, 1, 8, 32, 3, 1, 1, False)]
 
 
+def int8_operands(x, w):
+    """x (W, …) ≥ 0 and w (O, K) as conv_tiles' int8 arithmetic quantises them, back in floats:
+    each window of x by its largest value / 255 (in float32, unsigned bytes rounded half up),
+    each row of w by its largest |w| / 127 (NumPy's rounding, as conv_tiles._taps)."""
+    top = x.reshape(len(x), -1).max(axis=1)
+    sx = np.where(top > 0, top / np.float32(255), np.float32(1)).astype(np.float32)
+    scaled = np.minimum(np.maximum(x * (np.float32(1) / sx).reshape(-1, *[1] * (x.ndim - 1)), 0), 255)
+    xq = np.floor(scaled + np.float32(0.5)) * sx.reshape(-1, *[1] * (x.ndim - 1)).astype(np.float64)
+    sw = (np.abs(w).max(axis=1) / np.float32(127)).astype(np.float32)
+    sw[sw == 0] = 1
+    wq = np.clip(np.round(w / sw[:, None]), -127, 127) * sw[:, None].astype(np.float64)
+    return xq, wq
+
+
 @pytest.mark.parametrize("n,t,f,c,c_out,k,stride,dilation,two_d", SPEAKER_CONVS)
 @pytest.mark.parametrize("residual", [False, True])
 @pytest.mark.parametrize("with_bias", [True, False])
-@pytest.mark.parametrize("path", ["direct", "direct_bf16", "blas"])
+@pytest.mark.parametrize("path", ["direct", "direct_bf16", "direct_int8", "blas"])
 def test_speaker_conv_tiles_match_the_bodies(be, rng, monkeypatch, n, t, f, c, c_out, k, stride,
                                              dilation, two_d, residual, with_bias, path):
     """conv_tiles (the host's fast path: BLAS on tiles of columns, or with AVX-512 the direct
-    micro-tile for 32 outputs, in float32 or on bfloat16 pairs) against the portable bodies it
-    stands in for: im2col2d_row or im2col1d_row, then the product, bias, residual and ReLU in
-    NumPy (float64; for bfloat16, of the operands rounded as vecmath.bf16 rounds)."""
+    micro-tile for outputs in 32s, in float32, on bfloat16 pairs or on bytes) against the
+    portable bodies it stands in for: im2col2d_row or im2col1d_row, then the product, bias,
+    residual and ReLU in NumPy (float64; for bfloat16, of the operands rounded as vecmath.bf16
+    rounds; for int8, of the operands quantised as int8_operands says, x ≥ 0 as after a ReLU)."""
     from nwhisper.kernels import conv_tiles, speaker_ops
     from nwhisper.kernels.vecmath import bf16
     if not conv_tiles.available():
@@ -189,27 +204,33 @@ def test_speaker_conv_tiles_match_the_bodies(be, rng, monkeypatch, n, t, f, c, c
         pytest.skip("no AVX-512 here for the direct micro-tile (path blas ran the BLAS tiles)")
     if path == "direct_bf16" and not conv_tiles.bf16_available():
         pytest.skip("no AVX-512 BF16 here for bfloat16 pairs (path direct ran float32's)")
+    if path == "direct_int8" and not conv_tiles.int8_available():
+        pytest.skip("no AVX-512 VNNI here for bytes (path direct ran float32's)")
     if path == "blas":
         monkeypatch.setattr(conv_tiles, "direct_available", lambda: False)
     pad = (k - 1) // 2 * dilation
     x = rand(rng, n, t, f, c)
+    x = np.abs(x) if path == "direct_int8" else x
     w, b = rand(rng, c_out, k * (k if two_d else 1) * c), rand(rng, c_out) if with_bias else None
-    paired = path == "direct_bf16" and c % 2 == 0 and c_out % conv_tiles.COLS == 0
-    if paired:      # the bodies take the operands the pairs hold
+    asked = {"direct_bf16": "bfloat16", "direct_int8": "int8"}.get(path, "float32")
+    used = conv_tiles.arithmetic_for(asked, c) if c_out % conv_tiles.COLS == 0 and path != "blas" else "float32"
+    if used == "bfloat16":      # the bodies take the operands the pairs hold
         rounded = lambda a: (np.vectorize(bf16)(a).astype(np.uint32) << 16).view(np.float32)  # noqa: E731
         x_ref, w_ref = rounded(x), rounded(w)
+    elif used == "int8":
+        x_ref, w_ref = int8_operands(x, w)
     else:
         x_ref, w_ref = x, w
     if two_d:
         t_out, f_out = t, (f - 1) // stride + 1
-        cols = np.zeros((n * t_out * f_out, w.shape[1]), np.float32)
+        cols = np.zeros((n * t_out * f_out, w.shape[1]), np.float64)
         be.launch(speaker_ops.im2col2d_row, len(cols), x_ref, cols, f_out, k, stride)
     else:
         t_out, f_out = (t + 2 * pad - dilation * (k - 1) - 1) // stride + 1, 1
-        cols = np.zeros((n * t_out, w.shape[1]), np.float32)
+        cols = np.zeros((n * t_out, w.shape[1]), np.float64)
         be.launch(speaker_ops.im2col1d_row, len(cols), x_ref[:, :, 0], cols, t_out, k, stride,
                   dilation, pad)
-    want = cols.astype(np.float64) @ w_ref.T.astype(np.float64)
+    want = cols @ w_ref.T.astype(np.float64)
     short = rand(rng, *want.shape) if residual else None
     want = want + (0 if b is None else b) + (0 if short is None else short)
     want = np.maximum(want, 0) if residual else want
@@ -219,7 +240,7 @@ def test_speaker_conv_tiles_match_the_bodies(be, rng, monkeypatch, n, t, f, c, c
         conv_tiles.conv(be, x, w, b, got, k, k if two_d else 1, stride_t=1 if two_d else stride,
                         stride_f=stride if two_d else 1, dilation_t=dilation, pad_t=pad,
                         pad_f=pad if two_d else 0, residual=short, relu=residual,
-                        bf16=path == "direct_bf16", keep=kept)
+                        arithmetic=asked, keep=kept)
         check("conv_tiles", got, want)
     assert bool(kept) == (path != "blas" and c_out % conv_tiles.COLS == 0)
 
