@@ -149,8 +149,8 @@ def _tile(typingctx, x_addr, lda, offs_addr, taps, w_addr, c, out_addr, ldo, row
             return close_tap(close_ch(new))
 
         # Each of the steps CAM++'s convolutions take gets a loop of its own: with the rows at
-        # constant distances one register addresses all twelve (a runtime step kept twelve
-        # addresses, more than the registers, and spilled them at every channel).
+        # constant distances one register addresses them all (with a runtime step LLVM kept an
+        # address a row, more than the registers, and spilled them at every channel).
         joined = builder.append_basic_block("conv.joined")
         generic = builder.append_basic_block("conv.step")
         switch = builder.switch(lda, generic)

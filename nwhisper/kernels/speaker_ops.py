@@ -168,13 +168,16 @@ def put_columns_row(r, src, dst, c0):
 
 
 @kernel
-def cam_context_row(i, h, ctx, seg_len):
-    """ctx[i] = mean over all frames of h[w] + mean over segment s's frames of h[w], w, s =
-    divmod(i, S), S = ceil(T / seg_len): CAMLayer's context (its global mean plus its
-    avg_pool1d(seg_len, ceil_mode) segment, the last segment the mean of the frames it has).
-    Frame by frame, so the sums run along the row (vectorised) and ctx[i] holds them.
+def cam_gate_row(i, h, ctx, w1, b1, hidden, w2, b2, gate, seg_len):
+    """gate[i] = sigmoid(w2 · relu(w1 · ctx[i] + b1) + b2), ctx[i] = mean over all frames of
+    h[w] + mean over segment s's frames of h[w], w, s = divmod(i, S), S = ceil(T / seg_len):
+    CAMLayer's context (its global mean plus its avg_pool1d(seg_len, ceil_mode) segment, the
+    last segment the mean of the frames it has) and the two small layers that make it a gate,
+    one item a (window, segment): a launch each cost more than their arithmetic. The context is
+    summed frame by frame, along the row (vectorised).
 
-    h (W, T, C) f32; ctx (W·S, C) f32.
+    h (W, T, C) f32; ctx (W·S, C) and hidden (W·S, C/2) f32, scratch; w1 (C/2, C), b1 (C/2,),
+    w2 (N, C/2), b2 (N,) f32; gate (W·S, N) f32.
     """
     n_t = h.shape[1]
     n_seg = (n_t + seg_len - 1) // seg_len
@@ -197,12 +200,17 @@ def cam_context_row(i, h, ctx, seg_len):
         row = h[w, t]
         for c in range(out.shape[0]):
             out[c] += row[c] * inv_seg
-
-
-@kernel
-def sigmoid_elem(i, x):
-    """x[i] = 1 / (1 + exp(-x[i])); flat f32, in place (CAMLayer's gates, before their mask)."""
-    x[i] = np.float32(1.0) / (np.float32(1.0) + math.exp(-x[i]))
+    mid = hidden[i]
+    for o in range(mid.shape[0]):
+        acc = b1[o]
+        for c in range(out.shape[0]):
+            acc += w1[o, c] * out[c]
+        mid[o] = max(acc, np.float32(0.0))
+    for o in range(gate.shape[1]):
+        acc = b2[o]
+        for c in range(mid.shape[0]):
+            acc += w2[o, c] * mid[c]
+        gate[i, o] = np.float32(1.0) / (np.float32(1.0) + math.exp(-acc))
 
 
 @kernel
@@ -211,7 +219,7 @@ def cam_mask_row(r, y, g, dst, c0, n_t, seg_len):
     convolution's output masked by its segment's context gate, appended to the dense block's
     concatenation.
 
-    y (W·n_t, N) f32; g (W·S, N) f32 the gates (sigmoid_elem's); dst (W·n_t, C) f32.
+    y (W·n_t, N) f32; g (W·S, N) f32 the gates (cam_gate_row's); dst (W·n_t, C) f32.
     """
     n_seg = (n_t + seg_len - 1) // seg_len
     w = r // n_t

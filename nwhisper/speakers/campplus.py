@@ -34,8 +34,8 @@ from nwhisper import backend as backends
 from nwhisper.kernels import conv_tiles
 from nwhisper.kernels.matmul import linear, linear_bn_relu
 from nwhisper.kernels.speaker_ops import (
-    add_relu_elem, cam_context_row, cam_mask_row, im2col1d_row, im2col2d_row, put_columns_row,
-    relu_elem, sigmoid_elem, stats_pool_elem)
+    add_relu_elem, cam_gate_row, cam_mask_row, im2col1d_row, im2col2d_row, put_columns_row,
+    relu_elem, stats_pool_elem)
 from nwhisper.speakers import fbank as fb
 from nwhisper.speakers import weights
 
@@ -80,6 +80,8 @@ class CAMPPlus:
                 m = dims.m_channels
                 w = a.reshape(o, m, -1, k).transpose(0, 3, 2, 1)
                 self._w[name] = be.weight(np.ascontiguousarray(w).reshape(o, -1))
+            elif module.endswith(("cam_layer.linear1", "cam_layer.linear2")):
+                self._w[name] = be.upload(a[:, :, 0])    # the gate's, in cam_gate_row: float32
             else:                    # (o, i, k) -> (o, k, i): im2col1d_row's columns
                 w = np.ascontiguousarray(a.transpose(0, 2, 1)).reshape(a.shape[0], -1)
                 self._w[name] = product(w) if a.shape[2] == 1 else be.weight(w)
@@ -229,15 +231,14 @@ class CAMPPlus:
             y = be.scratch("spk.local", (rows, g))
             self._conv(bott.reshape(n, t, bnc), f"{p}.cam_layer.linear_local", y, k,
                        dilation=dilation)
-            ctx = be.scratch("spk.context", (n * n_seg, bnc))
-            be.launch(cam_context_row, n * n_seg, bott.reshape(n, t, bnc), ctx, SEG_LEN,
-                      work=rows * bnc * 2)
-            g1 = be.scratch("spk.gate1", (n * n_seg, bnc // 2))
-            self._linear(ctx, f"{p}.cam_layer.linear1", g1, relu=True)
-            g2 = be.scratch("spk.gate2", (n * n_seg, g))
-            self._linear(g1, f"{p}.cam_layer.linear2", g2)
-            be.launch(sigmoid_elem, g2.size, be.flat(g2), work=g2.size * 8)
-            be.launch(cam_mask_row, rows, y, g2, cat, cin, t, SEG_LEN, work=rows * g * 4)
+            segs = n * n_seg
+            gate = be.scratch("spk.gate", (segs, g))
+            w1, b1, w2, b2 = (self._w[f"{p}.cam_layer.linear{k}.{kind}"] for k in (1, 2)
+                              for kind in ("weight", "bias"))
+            be.launch(cam_gate_row, segs, bott.reshape(n, t, bnc), be.scratch("spk.context", (segs, bnc)),
+                      w1, b1, be.scratch("spk.hidden", (segs, bnc // 2)), w2, b2, gate, SEG_LEN,
+                      work=rows * bnc * 2 + segs * bnc * g)
+            be.launch(cam_mask_row, rows, y, gate, cat, cin, t, SEG_LEN, work=rows * g * 4)
         p = f"xvector.transit{i}"
         out = be.scratch(f"spk.transit{i % 2}", (rows, total // 2))
         # the last transit carries out_nonlinear's folded norm, then its ReLU
