@@ -115,10 +115,12 @@ class WhisperModel:
         if opts.diarize:        # the speakers need the whole recording before its first segment
             from .speakers.diarize import REGIONS
             audio = sources.samples_of(audio)
-            # one Silero pass for the speakers' regions and, if it is Silero, the transcription's VAD
-            silero = regions.chunk_probs(audio, regions.detector("silero"))
-            turns = self.diarizer()(audio, opts.num_speakers, opts.min_speakers, opts.max_speakers,
-                                    regions=regions.speech_regions(audio, opts=REGIONS, probs=silero))
+            # one Silero pass (the diarizer's detector) for the speakers' regions and, if it is
+            # Silero, the transcription's VAD
+            diarizer = self.diarizer()
+            silero = regions.chunk_probs(audio, diarizer.vad)
+            turns = diarizer(audio, opts.num_speakers, opts.min_speakers, opts.max_speakers,
+                             regions=regions.speech_regions(audio, opts=REGIONS, probs=silero))
         segments, info = self._transcriber.transcribe(sources.of(audio, vad, opts.batch_size, silero), opts,
                                                       progress=progress, on_segments=on_segments,
                                                       cancelled=cancelled)
