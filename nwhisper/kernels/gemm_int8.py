@@ -210,8 +210,6 @@ def _pack_range(lo, hi, spread, chunks, q, panels, shift):
             shift[r] = 128 * total
 
 
-# 'nnan': LLVM vectorises a max reduction only when told there are no NaNs; nothing that
-# would change a rounding ('arcp', 'reassoc') is allowed, so tests can redo it in NumPy.
 def quantize_rows(x, xq, sx, add, affine=None):
     """xq[m, :K] = round(x[m] / sx[m]) + add as u8 (add: offset()), sx[m] = max|x[m]| / 127
     (1 for a zero row); affine = (scale, shift), K of each: of max(x[m, :K] · scale + shift, 0)
@@ -249,6 +247,8 @@ def _columns_of(x, scale):
     return lambda x, scale: scale.shape[0]
 
 
+# 'nnan': LLVM vectorises a max reduction only when told there are no NaNs; nothing that
+# would change a rounding ('arcp', 'reassoc') is allowed, so tests can redo it in NumPy.
 @njit(cache=True, fastmath={"nnan", "nsz"})
 def _quantize_range(lo, hi, spread, chunks, x, xq, sx, add, scale, shift):
     """quantize_rows over xq's rows [lo, hi) (shared out by the loop at `spread`)."""
