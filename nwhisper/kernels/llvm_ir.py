@@ -15,10 +15,14 @@ I32, I64 = ir.IntType(32), ir.IntType(64)
 
 def host_has(*features):
     """Whether the CPU Numba compiles for has every one of `features` (LLVM's names: "avx2",
-    "avx512bf16", ...): False where Numba compiles for another CPU (NUMBA_CPU_NAME=generic for
-    portable caches), whose code an intrinsic built for this one would not run on."""
+    "avx512bf16", ...). Where Numba compiles for another CPU (NUMBA_CPU_NAME), only what
+    NUMBA_CPU_FEATURES turns on for it ("+avx2,+fma,..."): none for a portable cache's generic
+    CPU, whose code an intrinsic built for this one would not run on; an AVX2 machine's paths
+    on an AVX-512 one (NUMBA_CPU_NAME=haswell NUMBA_CPU_FEATURES=+avx2,+fma) to compare them."""
     if config.CPU_NAME not in (None, "host"):
-        return False
+        named = {f.strip()[1:]: f.strip()[0] == "+" for f in (config.CPU_FEATURES or "").split(",")
+                 if f.strip()[:1] in "+-" and f.strip()}
+        return all(named.get(f, False) for f in features)
     have = llvm.get_host_cpu_features()
     return all(have.get(f, False) for f in features)
 

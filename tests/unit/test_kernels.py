@@ -355,6 +355,24 @@ def test_gemm_int8(rng, m, k, n, with_bias):
     assert np.all(np.abs(out - want) <= bound)
 
 
+def test_intrinsics_follow_the_cpu_numba_compiles_for(monkeypatch):
+    """llvm_ir.host_has: this CPU's features when Numba compiles for it; for another CPU
+    (NUMBA_CPU_NAME) only what NUMBA_CPU_FEATURES turns on, none without it (a portable cache's
+    generic CPU must get no intrinsic built for this one)."""
+    from numba.core import config
+    from nwhisper.kernels import llvm_ir
+    import llvmlite.binding as llvm
+    monkeypatch.setattr(config, "CPU_NAME", None)
+    assert llvm_ir.host_has("avx2") == bool(llvm.get_host_cpu_features().get("avx2", False))
+    monkeypatch.setattr(config, "CPU_NAME", "generic")
+    monkeypatch.setattr(config, "CPU_FEATURES", None)
+    assert not llvm_ir.host_has("avx2")
+    monkeypatch.setattr(config, "CPU_NAME", "haswell")
+    monkeypatch.setattr(config, "CPU_FEATURES", "+avx2, +fma,-avx512f")
+    assert llvm_ir.host_has("avx2", "fma")
+    assert not llvm_ir.host_has("avx512f") and not llvm_ir.host_has("avx2", "avx512vnni")
+
+
 @needs_int8_gemm
 def test_int8_gemm_applies_a_batch_norm_and_relu_as_it_quantises(rng):
     """matmul.linear_bn_relu (CAM++'s dense layers: a batch norm and ReLU over the first K
